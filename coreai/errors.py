@@ -1,0 +1,21 @@
+"""The one exception hierarchy users see.
+
+Each layer defines the errors it raises (the imports between layers go one way, so `recipes`,
+`runtime` and `guided` cannot import this module); this module re-exports them all, and the server
+maps each to an OpenAI error object and HTTP status.
+"""
+
+from __future__ import annotations
+
+from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from recipes.errors import ExportError, SourceError
+from runtime.errors import ModelNotFound
+
+__all__ = [
+    "ExportError",
+    "GrammarError",
+    "ModelNotFound",
+    "SchemaError",
+    "SourceError",
+    "UnsupportedSchemaFeature",
+]

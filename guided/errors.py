@@ -1,0 +1,27 @@
+"""Errors raised by guided generation."""
+
+
+class GrammarError(ValueError):
+    """A grammar (regex, Lark, GBNF, choices) that cannot be compiled, or a compile over its limits."""
+
+
+class SchemaError(GrammarError):
+    """A JSON Schema that is not valid against its metaschema, or not JSON at all.
+
+    `pointer` is the JSON pointer of the offending location ("" for the root).
+    """
+
+    def __init__(self, message: str, pointer: str = ""):
+        super().__init__(message)
+        self.pointer = pointer
+
+
+class UnsupportedSchemaFeature(SchemaError):
+    """A valid schema using a keyword the engine cannot enforce (raised unless `lenient=True`).
+
+    `keyword` names the keyword and `pointer` its JSON pointer.
+    """
+
+    def __init__(self, message: str, keyword: str = "", pointer: str = ""):
+        super().__init__(message, pointer)
+        self.keyword = keyword

@@ -1,0 +1,215 @@
+"""The generation loop: chunked prefill, decode with mlx-lm's KV caches, one `DecodingStrategy`
+step per forward pass, stop handling and UTF-8-safe streaming.
+
+Our own loop exists because jump-forward (several tokens appended in one forward pass) and rollback
+(KV-cache trimming) need control that mlx-lm's `generate_step` does not give. Per iteration:
+
+    logits = model(tokens appended last step)      # lazy graph
+    mx.async_eval(logits)                          # MLX computes ...
+    strategy.prepare()                             # ... while the CPU prepares (e.g. a bitmask)
+    step = strategy.step(logits)                   # sample / force tokens, maybe rollback/finish
+
+finish_reason is "stop" (end-of-turn id, stop string, or the strategy finished), "length"
+(max_tokens), "cancelled" (the cancel event was set from another thread), or "error" (the
+strategy reported one; `GenerationResult.error` says what).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import mlx.core as mx
+from mlx_lm.models.cache import trim_prompt_cache
+
+from runtime.prompt_cache import PromptCache
+from runtime.stops import StopStrings
+from runtime.strategy import DecodingStrategy
+
+
+@dataclass
+class Timings:
+    """Seconds and tokens per second of one generation; peak_memory in bytes (MLX allocator)."""
+
+    ttft: float = 0.0
+    prefill_tps: float = 0.0
+    decode_tps: float = 0.0
+    total: float = 0.0
+    peak_memory: int = 0
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the prompt cache (not prefilled)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    usage: Usage
+    timings: Timings
+    forward_passes: int = 0
+    forced_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Delta:
+    """One streamed piece. `text` never splits a UTF-8 character. The last delta of a stream has
+    `finish_reason` set and carries the `result`."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: mx.array | None = None  # [vocab] float32 log-probabilities of the sampled token
+    finish_reason: str | None = None
+    result: GenerationResult | None = field(default=None, repr=False)
+
+
+def stream_tokens(
+    network,
+    tokenizer,
+    prompt_ids: list[int],
+    strategy: DecodingStrategy,
+    *,
+    max_tokens: int = 256,
+    stop: list[str] | None = None,
+    cancel: threading.Event | None = None,
+    prompt_cache: PromptCache | None = None,
+    prefill_step_size: int = 512,
+    context_length: int | None = None,
+) -> Iterator[Delta]:
+    """Run one generation and yield `Delta`s; the last one carries the `GenerationResult`.
+
+    Args:
+        network: an mlx-lm model (nn.Module) returning logits [1, seq, vocab].
+        tokenizer: `runtime.tokenizer.Tokenizer` (eos ids and the streaming detokenizer).
+        prompt_ids: prompt token ids (non-empty).
+        strategy: the decoding strategy (`runtime.sampling.SamplingStrategy` by default).
+        max_tokens: completion-token budget (>= 1); forced tokens count too.
+        stop: stop strings, trimmed from the output.
+        cancel: set from another thread to end the generation with finish_reason "cancelled".
+        prompt_cache: a `PromptCache` to reuse (and update) across generations.
+    Raises:
+        ValueError: empty prompt, max_tokens < 1, or a prompt longer than `context_length`.
+    """
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if context_length and len(prompt_ids) >= context_length:
+        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {context_length}")
+
+    start = time.perf_counter()
+    mx.reset_peak_memory()
+    pc = prompt_cache or PromptCache(network)
+    reused = pc.reuse(prompt_ids)
+    cache = pc.cache
+    strategy.begin(list(prompt_ids))
+
+    # Prefill all but the last prompt token in chunks; the last one produces the first logits.
+    pending = list(prompt_ids[reused:])
+    while len(pending) > 1:
+        n = min(prefill_step_size, len(pending) - 1)
+        network(mx.array(pending[:n])[None], cache=cache)
+        mx.eval([c.state for c in cache])
+        pc.tokens.extend(pending[:n])
+        pending = pending[n:]
+
+    def forward(ids: list[int]) -> mx.array:
+        pc.tokens.extend(ids)
+        logits = network(mx.array(ids)[None], cache=cache)[:, -1, :]
+        mx.async_eval(logits)
+        return logits
+
+    logits = forward(pending)
+    strategy.prepare()
+    step = strategy.step(logits)
+    first = time.perf_counter()
+    prefill_tokens = len(prompt_ids) - reused
+
+    detok = tokenizer.detokenizer()
+    stops = StopStrings(stop)
+    out: list[int] = []
+    text_parts: list[str] = []
+    finish = error = None
+    passes = 1
+    forced = 0
+    while True:
+        if step.rollback:
+            n = min(step.rollback, len(out))
+            del out[len(out) - n:]
+            trim_prompt_cache(cache, n)
+            del pc.tokens[len(pc.tokens) - n:]
+            detok.reset()
+            for t in out:
+                detok.add_token(t)
+            detok.last_segment  # the rolled-back text was already streamed; do not stream the rest again
+        forced += step.forced
+        appended: list[int] = []
+        for t in step.tokens:
+            if t in tokenizer.eos_ids:
+                finish = "stop"
+                break
+            appended.append(t)
+            if len(out) + len(appended) >= max_tokens:
+                break
+        out.extend(appended)
+        if finish is None and step.finish:
+            finish, error = step.finish, step.message
+        if finish is None and len(out) >= max_tokens:
+            finish = "length"
+        if finish is None and cancel is not None and cancel.is_set():
+            finish = "cancelled"
+
+        # Start the next forward pass before the CPU work of detokenizing and stop matching.
+        if finish is None:
+            logits = forward(appended)
+            passes += 1
+
+        for t in appended:
+            detok.add_token(t)
+        if finish is not None:
+            detok.finalize()
+        text, hit = stops.feed(detok.last_segment)
+        if hit:
+            finish = "stop"
+        elif finish is not None:
+            text += stops.flush()
+        text_parts.append(text)
+
+        if finish is not None:
+            now = time.perf_counter()
+            decode_time = now - first
+            timings = Timings(
+                ttft=first - start,
+                prefill_tps=prefill_tokens / max(first - start, 1e-9),
+                decode_tps=(len(out) - 1) / decode_time if len(out) > 1 and decode_time > 0 else 0.0,
+                total=now - start,
+                peak_memory=mx.get_peak_memory(),
+            )
+            result = GenerationResult(
+                text="".join(text_parts),
+                token_ids=out,
+                finish_reason=finish,
+                usage=Usage(len(prompt_ids), len(out), reused),
+                timings=timings,
+                forward_passes=passes,
+                forced_tokens=forced,
+                error=error,
+            )
+            yield Delta(text, appended, step.logprobs, finish, result)
+            return
+        if text or appended:
+            yield Delta(text, appended, step.logprobs)
+        strategy.prepare()
+        step = strategy.step(logits)

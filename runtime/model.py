@@ -1,0 +1,130 @@
+"""`Model`: an MLX network (mlx-lm's model classes), its tokenizer and config, with `generate`
+and `stream`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.utils import load_model as mlx_lm_load_model
+
+from runtime.errors import ModelNotFound
+from runtime.generate import Delta, GenerationResult, stream_tokens
+from runtime.prompt_cache import PromptCache
+from runtime.sampling import SamplingParams, SamplingStrategy
+from runtime.strategy import DecodingStrategy
+from runtime.tokenizer import Tokenizer
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+def default_dtype() -> str | None:
+    """float32 on the CPU backend (MLX's CPU matmuls are fastest in f32 with BLAS); None (keep the
+    stored dtype) on Metal."""
+    return None if mx.metal.is_available() else "float32"
+
+
+class Model:
+    """A loaded model.
+
+    Attributes:
+        network: the mlx-lm `nn.Module`; `network(ids [1, seq] int, cache=...) -> logits [1, seq, vocab]`.
+        tokenizer: `runtime.tokenizer.Tokenizer`.
+        config: config.json as a dict.
+        path: the model folder.
+        vocab_size: the logit width (config `vocab_size`), which may exceed the tokenizer's vocabulary.
+        context_length: maximum positions (config `max_position_embeddings`), or None.
+    """
+
+    def __init__(self, network: nn.Module, tokenizer: Tokenizer, config: dict, path: Path, name: str | None = None):
+        self.network = network
+        self.tokenizer = tokenizer
+        self.config = config
+        self.path = Path(path)
+        self.name = name or self.path.name
+        text_config = config.get("text_config", config)
+        self.vocab_size = int(text_config.get("vocab_size") or config.get("vocab_size"))
+        self.context_length = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
+
+    def prompt_ids(self, prompt, *, chat_template: bool = True, tools: list[dict] | None = None) -> list[int]:
+        """Token ids of a prompt: a list of chat messages (rendered with the chat template), a
+        string (wrapped as one user message when the model has a chat template and `chat_template`
+        is true; else encoded as plain text), or a list of token ids (used as is)."""
+        if isinstance(prompt, str):
+            if chat_template and self.tokenizer.has_chat_template:
+                return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tools=tools)
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
+            return list(prompt)
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
+            return self.tokenizer.apply_chat_template(list(prompt), tools=tools)
+        raise ValueError("prompt must be a string, a non-empty list of chat messages, or a list of token ids")
+
+    def stream(
+        self,
+        prompt,
+        *,
+        strategy: DecodingStrategy | None = None,
+        sampling: SamplingParams | None = None,
+        max_tokens: int = 256,
+        stop: list[str] | None = None,
+        cancel: threading.Event | None = None,
+        chat_template: bool = True,
+        tools: list[dict] | None = None,
+        prompt_cache: PromptCache | None = None,
+        logprobs: bool = False,
+    ) -> Iterator[Delta]:
+        """Stream a generation as `Delta`s (see `runtime.generate.stream_tokens`).
+
+        `strategy` defaults to `SamplingStrategy(sampling)`; `sampling.seed` seeds MLX's random
+        state. Raises ValueError for bad parameters before any work starts.
+        """
+        sampling = (sampling or SamplingParams()).validate()
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        ids = self.prompt_ids(prompt, chat_template=chat_template, tools=tools)
+        if self.context_length and len(ids) >= self.context_length:
+            raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is {self.context_length}")
+        if sampling.seed is not None:
+            mx.random.seed(sampling.seed)
+        strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs)
+        return stream_tokens(
+            self.network, self.tokenizer, ids, strategy, max_tokens=max_tokens, stop=stop, cancel=cancel,
+            prompt_cache=prompt_cache, context_length=self.context_length,
+        )
+
+    def generate(self, prompt, **kwargs) -> GenerationResult:
+        """Run a generation to the end; same arguments as `stream`. Returns the `GenerationResult`."""
+        for delta in self.stream(prompt, **kwargs):
+            if delta.result is not None:
+                return delta.result
+        raise AssertionError("stream ended without a result")
+
+
+def load_model(path: str | Path, dtype: str | None = None, name: str | None = None) -> Model:
+    """Load an mlx-lm compatible folder (config.json, *.safetensors, tokenizer files).
+
+    dtype: "float32" | "float16" | "bfloat16" | None (see `default_dtype`); quantized weights stay
+    quantized, their float parameters are cast.
+    Raises ModelNotFound if the folder or its config/weights are missing; ValueError for an
+    unknown dtype or an architecture mlx-lm does not know.
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelNotFound(f"{path}: not a model folder (no config.json)")
+    if not any(path.glob("*.safetensors")):
+        raise ModelNotFound(f"{path}: no *.safetensors weights")
+    dtype = dtype or default_dtype()
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    config = json.loads((path / "config.json").read_text())
+    network, config = mlx_lm_load_model(path, lazy=True)
+    if dtype is not None:
+        target = DTYPES[dtype]
+        network.set_dtype(target, lambda d: mx.issubdtype(d, mx.floating))
+    mx.eval(network.parameters())
+    return Model(network, Tokenizer(path, config), config, path, name)

@@ -1,0 +1,37 @@
+"""Stop strings matched on decoded text, across token boundaries.
+
+Text that could still be the start of a stop string is held back until it cannot be, so a stop
+string is never partly emitted; the stop string itself is trimmed from the output.
+"""
+
+from __future__ import annotations
+
+
+class StopStrings:
+    def __init__(self, stops: list[str] | None):
+        self.stops = [s for s in (stops or []) if s]
+        self._pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Add decoded text. Returns (text safe to emit, whether a stop string was hit)."""
+        if not self.stops:
+            return text, False
+        buf = self._pending + text
+        hits = [(buf.find(s), s) for s in self.stops if s in buf]
+        if hits:
+            pos = min(h[0] for h in hits)
+            self._pending = ""
+            return buf[:pos], True
+        keep = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(buf)), 0, -1):
+                if buf.endswith(s[:k]):
+                    keep = max(keep, k)
+                    break
+        self._pending = buf[len(buf) - keep:] if keep else ""
+        return buf[: len(buf) - keep], False
+
+    def flush(self) -> str:
+        """Text held back at the end of generation (it matched no stop string)."""
+        text, self._pending = self._pending, ""
+        return text
