@@ -1,0 +1,81 @@
+"""Shared fixtures. Real models are exported once into the user cache (`$COREAI_HOME` or
+~/.cache/coreai, the same one `make demo` uses) and shared by every test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+from coreai import store
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def qwen_dir() -> Path:
+    """The exported default model folder (qwen2.5-coder-0.5b-instruct, float16)."""
+    return store.ensure("qwen2.5-coder-0.5b-instruct")
+
+
+@pytest.fixture(scope="session")
+def gemma_dir() -> Path:
+    return store.ensure("gemma-3-270m")
+
+
+@pytest.fixture(scope="session")
+def qwen_model(qwen_dir):
+    """The real Qwen model loaded in float32 (the fast dtype on the CPU backend)."""
+    from runtime import load_model
+
+    return load_model(qwen_dir, name="qwen2.5-coder-0.5b-instruct")
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(qwen_dir):
+    from runtime import Tokenizer
+
+    return Tokenizer(qwen_dir, json.loads((qwen_dir / "config.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def gemma_tokenizer(gemma_dir):
+    from runtime import Tokenizer
+
+    return Tokenizer(gemma_dir, json.loads((gemma_dir / "config.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(qwen_dir, tmp_path_factory) -> Path:
+    """A tiny random qwen2 network (2 layers, width 64) with the real Qwen tokenizer and logit
+    width 151,936: fast, and exercises real tokenization (byte-level BPE, CJK, emoji)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import qwen2
+
+    folder = tmp_path_factory.mktemp("tiny-qwen2")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
+                 "special_tokens_map.json"):
+        if (qwen_dir / name).exists():
+            shutil.copy(qwen_dir / name, folder / name)
+    real = json.loads((qwen_dir / "config.json").read_text())
+    config = dict(
+        model_type="qwen2", hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=real["vocab_size"], rope_theta=1e6,
+        tie_word_embeddings=True, max_position_embeddings=512, eos_token_id=real.get("eos_token_id"),
+    )
+    mx.random.seed(0)
+    network = qwen2.Model(qwen2.ModelArgs.from_dict(config))
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(network.parameters())))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from runtime import load_model
+
+    return load_model(tiny_model_dir)

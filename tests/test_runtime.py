@@ -1,0 +1,213 @@
+"""Runtime: sampler chain, stops, streaming, cancellation, KV-cache trimming, bad input, and the
+real Qwen model answering a factual question."""
+
+from __future__ import annotations
+
+import threading
+
+import mlx.core as mx
+import pytest
+
+from runtime import ModelNotFound, PromptCache, SamplingParams, SamplingStrategy, Step, load_model, process_logits
+from runtime.sampling import TokenHistory
+from runtime.stops import StopStrings
+
+
+class ForcedStrategy:
+    """Appends a fixed token sequence, `per_step` tokens per forward pass (like jump-forward)."""
+
+    def __init__(self, ids, per_step=1):
+        self.ids, self.per_step, self.pos = list(ids), per_step, 0
+        self.seen_logits = []
+
+    def begin(self, prompt_ids):
+        pass
+
+    def prepare(self):
+        pass
+
+    def step(self, logits):
+        self.seen_logits.append(logits)
+        chunk = self.ids[self.pos:self.pos + self.per_step]
+        self.pos += len(chunk)
+        if not chunk:
+            return Step(finish="stop")
+        return Step(tokens=chunk, forced=len(chunk) - 1)
+
+
+def test_seeded_sampling_is_reproducible(tiny_model):
+    params = SamplingParams(temperature=1.0, seed=7)
+    a = tiny_model.generate("Hello", sampling=params, max_tokens=12)
+    b = tiny_model.generate("Hello", sampling=params, max_tokens=12)
+    c = tiny_model.generate("Hello", sampling=SamplingParams(temperature=1.0, seed=8), max_tokens=12)
+    assert a.token_ids == b.token_ids
+    assert a.token_ids != c.token_ids
+
+
+def test_greedy_equals_argmax_and_filters_reduce_to_greedy(tiny_model):
+    greedy = tiny_model.generate("Hi", max_tokens=8).token_ids
+    assert tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, top_k=1, seed=1), max_tokens=8).token_ids == greedy
+    assert tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, min_p=1.0, seed=1), max_tokens=8).token_ids == greedy
+    assert tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, top_p=1e-6, seed=1), max_tokens=8).token_ids == greedy
+
+
+def test_top_k_and_min_p_restrict_the_candidates():
+    logits = mx.array([[4.0, 3.0, 2.0, 1.0, 0.0, -1.0]])
+    history = TokenHistory(8)
+    for params, allowed in (
+        (SamplingParams(temperature=5.0, top_k=2), {0, 1}),
+        (SamplingParams(temperature=5.0, min_p=0.3), {0, 1}),  # p >= 0.3 * p_max keeps e^-1 = 0.37, not e^-2
+        (SamplingParams(temperature=5.0, top_p=0.8), {0, 1}),  # p0 = 0.64, p0 + p1 = 0.88
+    ):
+        sampler = params.make_sampler()
+        mx.random.seed(0)
+        drawn = {int(sampler(process_logits([], history, logits)).item()) for _ in range(200)}
+        assert drawn == allowed, params
+
+
+def test_repetition_penalty_scales_recent_tokens_only():
+    params = SamplingParams(repetition_penalty=2.0, repetition_context_size=2)
+    history = TokenHistory(params.repetition_context_size)
+    history.extend([0, 1, 2])  # token 0 left the window
+    logits = mx.array([[2.0, 2.0, -2.0, 2.0]])
+    out = process_logits(params.make_logits_processors(), history, logits)
+    raw = process_logits([], history, mx.array([[2.0, 1.0, -4.0, 2.0]]))
+    assert mx.allclose(out, raw, atol=1e-5)
+
+
+def test_stop_strings_across_token_boundaries():
+    stops = StopStrings(["END", "\n\n"])
+    emitted = []
+    for piece in ["ab", "cE", "N", "Dxyz"]:
+        text, hit = stops.feed(piece)
+        emitted.append(text)
+        if hit:
+            break
+    assert "".join(emitted) == "abc" and hit
+    stops = StopStrings(["END"])
+    assert stops.feed("xE") == ("x", False)
+    assert stops.feed("Nd") == ("ENd", False)
+
+
+def test_stop_string_in_generation_is_trimmed(tiny_model):
+    ids = tiny_model.tokenizer.encode("one two three four five", add_special_tokens=False)
+    result = tiny_model.generate("x", strategy=ForcedStrategy(ids), stop=["ee fo"], max_tokens=50)
+    assert result.finish_reason == "stop"
+    assert result.text == "one two thr"
+
+
+def test_utf8_streaming_never_splits_characters(tiny_model):
+    text = "深圳湾公园 🚀🎉 naïve “quotes” 한국어"
+    ids = tiny_model.tokenizer.encode(text, add_special_tokens=False)
+    for per_step in (1, 3):
+        deltas = list(tiny_model.stream("x", strategy=ForcedStrategy(ids, per_step), max_tokens=100))
+        assert all("\ufffd" not in d.text for d in deltas)
+        assert "".join(d.text for d in deltas) == text
+        result = deltas[-1].result
+        assert result.text == text and result.finish_reason == "stop"
+        assert result.token_ids == ids
+        assert result.forward_passes == 1 + -(-len(ids) // per_step)  # prompt pass + one per step
+
+
+def test_max_tokens_one(tiny_model):
+    result = tiny_model.generate("Hello", max_tokens=1)
+    assert result.finish_reason == "length" and len(result.token_ids) == 1
+    assert result.usage.completion_tokens == 1
+
+
+def test_end_of_turn_id_stops_without_text(tiny_model):
+    eos = max(tiny_model.tokenizer.eos_ids)
+    ids = tiny_model.tokenizer.encode("ok", add_special_tokens=False) + [eos] + [100, 101]
+    result = tiny_model.generate("x", strategy=ForcedStrategy(ids), max_tokens=20)
+    assert result.finish_reason == "stop" and result.text == "ok"
+    assert eos not in result.token_ids
+
+
+def test_cancellation_from_another_thread(tiny_model):
+    cancel = threading.Event()
+    deltas = []
+    for delta in tiny_model.stream("Hello", max_tokens=400, cancel=cancel):
+        deltas.append(delta)
+        if len(deltas) == 3:
+            threading.Thread(target=cancel.set).start()
+    result = deltas[-1].result
+    assert result.finish_reason == "cancelled"
+    assert len(result.token_ids) < 400
+
+
+def test_rollback_trims_the_kv_cache(tiny_model):
+    tok = tiny_model.tokenizer
+    a, b, c = tok.encode(" alpha beta gamma", add_special_tokens=False)[:3]
+
+    class RollingBack(ForcedStrategy):
+        def step(self, logits):
+            self.seen_logits.append(logits)
+            n = len(self.seen_logits)
+            if n == 1:
+                return Step(tokens=[a, b])
+            if n == 2:
+                return Step(tokens=[c], rollback=1)  # drop b, then append c: sequence a c
+            return Step(finish="stop")
+
+    strategy = RollingBack([])
+    result = tiny_model.generate("x", strategy=strategy, max_tokens=10)
+    assert result.token_ids == [a, c]
+    reference = ForcedStrategy([a, c, a])
+    tiny_model.generate("x", strategy=reference, max_tokens=10)
+    # logits after "a c" must equal a fresh run over the same tokens: b left no trace in the cache
+    assert mx.allclose(strategy.seen_logits[2], reference.seen_logits[2], atol=1e-4)
+
+
+def test_prompt_cache_reuses_the_shared_prefix(tiny_model):
+    cache = PromptCache(tiny_model.network)
+    system = [{"role": "system", "content": "You are terse. " * 20}]
+    first = tiny_model.generate(system + [{"role": "user", "content": "a"}], max_tokens=4, prompt_cache=cache)
+    second = tiny_model.generate(system + [{"role": "user", "content": "b"}], max_tokens=4, prompt_cache=cache)
+    fresh = tiny_model.generate(system + [{"role": "user", "content": "b"}], max_tokens=4)
+    assert first.usage.cached_tokens == 0
+    assert second.usage.cached_tokens > 60
+    assert second.token_ids == fresh.token_ids
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(sampling=SamplingParams(temperature=-1)), "temperature"),
+        (dict(sampling=SamplingParams(top_p=0)), "top_p"),
+        (dict(sampling=SamplingParams(top_p=1.5)), "top_p"),
+        (dict(sampling=SamplingParams(top_k=-1)), "top_k"),
+        (dict(sampling=SamplingParams(min_p=2)), "min_p"),
+        (dict(max_tokens=0), "max_tokens"),
+    ],
+)
+def test_bad_parameters_raise_before_work(tiny_model, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        tiny_model.stream("Hello", **kwargs)
+
+
+def test_prompt_longer_than_context(tiny_model):
+    with pytest.raises(ValueError, match="context"):
+        tiny_model.stream("word " * 600, max_tokens=2)
+
+
+def test_unknown_model_and_missing_folder(tmp_path):
+    import coreai
+
+    with pytest.raises(ModelNotFound, match="known models"):
+        coreai.load("no-such-model")
+    with pytest.raises(ModelNotFound, match="config.json"):
+        load_model(tmp_path)
+
+
+def test_strategy_protocol_default_is_sampling(tiny_model):
+    from runtime import DecodingStrategy
+
+    assert isinstance(SamplingStrategy(), DecodingStrategy)
+
+
+@pytest.mark.model
+def test_real_qwen_answers_a_factual_question(qwen_model):
+    result = qwen_model.generate("What is the capital of France? Answer in one word.", max_tokens=8)
+    assert "Paris" in result.text
+    assert result.finish_reason in ("stop", "length")
+    assert result.timings.ttft > 0 and result.usage.prompt_tokens > 10
