@@ -1,0 +1,93 @@
+"""Arguments and helpers shared by the subcommands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def add_model_args(p) -> None:
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="compute dtype (default: float32 on CPU, stored on Metal)")
+    p.add_argument("--cache-dir", help="model cache root (default: $COREAI_HOME or ~/.cache/coreai)")
+
+
+def add_sampling_args(p) -> None:
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+
+
+def add_grammar_args(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--schema", help="JSON Schema file (or inline JSON) the output must match")
+    g.add_argument("--json-object", action="store_true", help="any JSON object")
+    g.add_argument("--regex", help="regular expression the output must match")
+    g.add_argument("--choice", action="append", help="one allowed output (repeatable)")
+    g.add_argument("--grammar", type=Path, help="Lark (.lark) or GBNF (.gbnf) grammar file")
+    p.add_argument("--any-whitespace", action="store_true", help="allow free JSON whitespace (default: bounded)")
+    p.add_argument("--no-strict", action="store_true", help="allow properties the schema does not declare")
+    p.add_argument("--lenient", action="store_true", help="compile what can be enforced; check the rest after generation")
+
+
+def load_model(args):
+    import coreai
+    from coreai.store import DEFAULT_MODEL
+
+    return coreai.load(args.model or DEFAULT_MODEL, dtype=args.dtype, cache_dir=args.cache_dir)
+
+
+def read_messages(path: Path) -> list[dict]:
+    try:
+        messages = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read a JSON list of messages ({exc})") from None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+        raise ValueError(f"{path}: expected a JSON list of {{'role': ..., 'content': ...}} messages")
+    return messages
+
+
+def sampling_params(args):
+    from runtime import SamplingParams
+
+    return SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty, seed=args.seed,
+    ).validate()
+
+
+def constrained_session(model, args):
+    """A `ConstrainedSession` for the grammar options given, or None when there are none."""
+    from guided import ConstrainedSession
+
+    options = dict(any_whitespace=args.any_whitespace, strict=not args.no_strict, lenient=args.lenient)
+    if args.schema:
+        text = args.schema if args.schema.lstrip().startswith("{") else Path(args.schema).read_text()
+        return ConstrainedSession(model, schema=text, **options)
+    if args.json_object:
+        return ConstrainedSession(model, json_object=True, **options)
+    if args.regex:
+        return ConstrainedSession(model, regex=args.regex, **options)
+    if args.choice:
+        return ConstrainedSession(model, choices=args.choice, **options)
+    if args.grammar:
+        return ConstrainedSession(model, grammar=Path(args.grammar).read_text(), **options)
+    return None
+
+
+def print_stats(result) -> None:
+    t = result.timings
+    extra = f", {result.forced_tokens} jump-forward" if result.forced_tokens else ""
+    print(
+        f"[{result.usage.completion_tokens} tokens{extra}, finish={result.finish_reason}, TTFT {t.ttft:.2f} s, "
+        f"prefill {t.prefill_tps:.1f} tok/s, decode {t.decode_tps:.1f} tok/s, total {t.total:.2f} s, "
+        f"peak {t.peak_memory / 2**20:.0f} MiB]",
+        file=sys.stderr,
+    )
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)

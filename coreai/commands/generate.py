@@ -1,0 +1,46 @@
+"""`coreai generate MODEL (--prompt TEXT | --messages FILE) [sampling options] [grammar options]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from coreai.commands import common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="generate text (optionally constrained by a schema or grammar)")
+    p.add_argument("model", nargs="?", default=None, help="registry name, MLX folder or repo id (default: the embedded model)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt (a user message when the model has a chat template)")
+    src.add_argument("--messages", type=Path, help="JSON file with a list of chat messages")
+    p.add_argument("--no-chat-template", action="store_true", help="send --prompt as plain text")
+    p.add_argument("--stream", action="store_true", help="print text as it is generated")
+    common.add_sampling_args(p)
+    common.add_model_args(p)
+    common.add_grammar_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    model = common.load_model(args)
+    prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
+    sampling = common.sampling_params(args)
+    session = common.constrained_session(model, args)
+    kwargs = dict(max_tokens=args.max_tokens, sampling=sampling, stop=args.stop or None)
+    if session is None:
+        kwargs["chat_template"] = not args.no_chat_template
+    runner = session if session is not None else model
+    if args.stream:
+        result = None
+        for delta in runner.stream(prompt, **kwargs):
+            sys.stdout.write(delta.text)
+            sys.stdout.flush()
+            result = delta.result or result
+        sys.stdout.write("\n")
+    else:
+        result = runner.generate(prompt, **kwargs)
+        print(result.text)
+    common.print_stats(result)
+    return 0 if result.finish_reason in ("stop", "length") else 1
