@@ -81,7 +81,7 @@ REGISTRY: dict[str, RegistryModel] = {
             ),
             family="qwen2",
             chat=True,
-            max_perplexity=20.0,
+            max_perplexity=20.0,  # measured 14.1 on recipes/data/paragraph.txt
             expect_prompt="What is the capital of France? Answer in one word.",
             expect_answer="Paris",
         ),
@@ -99,8 +99,10 @@ REGISTRY: dict[str, RegistryModel] = {
             ),
             family="gemma3",
             chat=False,
-            max_perplexity=40.0,
-            expect_prompt="The capital of France is",
+            # Measured: perplexity 7.3 with BOS, 38 without. A 270M base model continues "The capital of
+            # France is" with " the" (" Paris" is third), so the prompt goes one step further.
+            max_perplexity=15.0,
+            expect_prompt="The capital of France is the city of",
             expect_answer="Paris",
         ),
     )

@@ -1,0 +1,21 @@
+"""Guided (grammar-constrained) generation: JSON Schema, regex, choices, Lark and GBNF compiled with
+llguidance, token bitmasks filled in place in MLX memory, and a decoding strategy with jump-forward,
+rollback and EOS gating. `ConstrainedSession` is the entry point."""
+
+from guided.bitmask import TokenBitmask, apply_token_bitmask
+from guided.cache import CacheStats, GrammarCache, default_cache
+from guided.compiler import CompiledGrammar, LLGuidanceBackend, NotEnforced, compile_grammar
+from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from guided.matcher import GrammarBackend, GrammarMatcher
+from guided.session import ConstrainedSession, GuidedResult, check_json
+from guided.spec import GrammarSpec, make_spec
+from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
+from guided.tokenizer_info import TokenizerInfo, build_tokenizer_info, get_tokenizer_info
+
+__all__ = [
+    "CacheStats", "CompiledGrammar", "ConstrainedDecodingStrategy", "ConstrainedSession", "GrammarBackend",
+    "GrammarCache", "GrammarError", "GrammarMatcher", "GrammarSpec", "GuidedResult", "GuidedStats",
+    "LLGuidanceBackend", "NotEnforced", "SchemaError", "TokenBitmask", "TokenizerInfo",
+    "UnsupportedSchemaFeature", "apply_token_bitmask", "build_tokenizer_info", "check_json", "compile_grammar",
+    "default_cache", "get_tokenizer_info", "make_spec",
+]

@@ -1,0 +1,51 @@
+"""`coreai serve [MODEL]`: the OpenAI-compatible server on http://HOST:PORT/v1 (OpenAPI at /docs)."""
+
+from __future__ import annotations
+
+import logging
+
+from coreai import store
+
+log = logging.getLogger("coreai.server")
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="run the OpenAI-compatible server (guided response_format and tools)")
+    p.add_argument("model", nargs="?", default=store.DEFAULT_MODEL,
+                   help="registry name, MLX folder or Hugging Face repo id (default: %(default)s)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
+    p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    p.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
+    p.add_argument("--max-tokens", type=int, default=1024,
+                   help="default and upper bound of completion tokens per request (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.7, help="default temperature (default: %(default)s)")
+    p.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait while one generates; more get 429 (default: %(default)s)")
+    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
+                   help="larger request bodies get 413 (default: %(default)s)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
+                   help="compute dtype (default: float32 on the CPU, stored dtype on Metal)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import uvicorn
+
+    import coreai
+    from coreai.server import ServerConfig, create_app
+
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if args.max_queue < 0:
+        raise ValueError(f"--max-queue must be >= 0, got {args.max_queue}")
+    if args.host not in LOOPBACK and not args.api_key:
+        log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
+    model = coreai.load(args.model, dtype=args.dtype)
+    config = ServerConfig(api_key=args.api_key, max_tokens=args.max_tokens, temperature=args.temperature,
+                          max_queue=args.max_queue, max_body_bytes=args.max_body_bytes)
+    app = create_app(model, config)
+    print(f"coreai serve: {model.name} on http://{args.host}:{args.port}/v1 (docs at /docs)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    return 0

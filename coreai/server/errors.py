@@ -1,0 +1,117 @@
+"""OpenAI error objects: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status.
+
+400 malformed JSON, bad parameters, invalid or unenforceable schemas and grammars; 401 missing or
+wrong API key; 404 unknown model or route; 413 oversized body; 429 full queue (with Retry-After);
+500 only for bugs (logged with their traceback, answered without it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from coreai.errors import GrammarError, ModelNotFound, SchemaError, UnsupportedSchemaFeature
+
+log = logging.getLogger("coreai.server")
+
+
+class APIError(Exception):
+    """An error answered as an OpenAI error object."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def from_library_error(exc: Exception, param: str | None) -> APIError:
+    """A guided-generation error on a user-supplied schema or grammar -> 400 with reason and pointer.
+
+    `param` is the request field that held the schema (e.g. "response_format.json_schema.schema").
+    """
+    if isinstance(exc, UnsupportedSchemaFeature):
+        return bad_request(str(exc), param, "unsupported_schema_feature")
+    if isinstance(exc, SchemaError):
+        return bad_request(str(exc), param, "invalid_schema")
+    if isinstance(exc, GrammarError):
+        return bad_request(str(exc), param, "invalid_grammar")
+    if isinstance(exc, ModelNotFound):
+        return APIError(404, str(exc), param="model", code="model_not_found")
+    raise exc
+
+
+def field_path(loc, body) -> str:
+    """pydantic's error location as the request's field path: ("body", "messages", 0, "user",
+    "content") -> "messages[0].content".
+
+    Union-member labels (a discriminator tag such as "user", or "str" for a `str | list` field) are
+    in the location but not in the request; walking the location along the request body tells
+    them apart from real keys.
+    """
+    out, node = "", body
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            out, node = out + f"[{part}]", node[part]
+        elif isinstance(node, dict) and part in node:
+            out, node = out + ("." if out else "") + str(part), node[part]
+        elif not isinstance(node, (dict, list)) or isinstance(part, int):
+            continue
+        elif "[" not in str(part) and str(part)[:1].islower() and part not in _UNION_TAGS:
+            out, node = out + ("." if out else "") + str(part), None  # a missing or unknown key
+    return out
+
+
+# Discriminator values of the request models' unions (never field names missing from a request).
+_UNION_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "json_object", "json_schema", "str", "bool"}
+
+
+def validation_error(exc: RequestValidationError) -> APIError:
+    """One pydantic error as a 400 naming its field: the one deepest in the request (for a union,
+    the member that matched furthest). Unknown fields say that they are not supported, so a client
+    learns a parameter was refused rather than ignored."""
+    body = getattr(exc, "body", None)
+    errors = [(field_path(e.get("loc", ()), body), e) for e in exc.errors()] or [("", {"type": "", "msg": "invalid request"})]
+    param, first = max(errors, key=lambda pe: len(pe[0]))  # max keeps the first among equals
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return bad_request(f"malformed JSON body: {first.get('ctx', {}).get('error', first['msg'])}", None, "invalid_json")
+    if kind == "extra_forbidden":
+        return bad_request(f"{param}: this server does not support the field {param.rsplit('.', 1)[-1]!r}",
+                           param, "unsupported_parameter")
+    msg = first.get("msg", "invalid value").removeprefix("Value error, ")
+    return bad_request(f"{param or 'body'}: {msg}", param or None, "invalid_value")
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into an OpenAI error object."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        return validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return APIError(exc.status_code, str(exc.detail), param=None, code=code, headers=exc.headers).response()
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception):
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return APIError(500, f"internal server error ({type(exc).__name__})", "server_error").response()

@@ -1,0 +1,333 @@
+"""Request and response bodies of the OpenAI-compatible API, as pydantic models.
+
+Requests forbid unknown fields (`extra="forbid"`): a field this server cannot honour is a 400 naming
+it, never silently ignored. Unions are discriminated (messages by `role`, content parts and response
+formats by `type`) so a bad value gets one error naming its location, not one per union member.
+Shapes follow OpenAI's API reference (chat completions, legacy completions, models); the extensions
+are `top_k`, `min_p`, `repetition_penalty` and vLLM's `structured_outputs` (`json` | `regex` |
+`choice` | `grammar`, exactly one).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- chat messages -------------------------------------------------------------------------------
+
+class TextPart(Request):
+    type: Literal["text"]
+    text: str
+
+
+Content = Union[str, list[Annotated[TextPart, Field(discriminator="type")]]]
+
+
+class FunctionCall(Request):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(Request):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class SystemMessage(Request):
+    role: Literal["system", "developer"]
+    content: Content
+
+
+class UserMessage(Request):
+    role: Literal["user"]
+    content: Content
+
+
+class AssistantMessage(Request):
+    role: Literal["assistant"]
+    content: Content | None = None
+    tool_calls: list[ToolCall] | None = None
+    refusal: None = None
+
+
+class ToolMessage(Request):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str
+
+
+Message = Annotated[Union[SystemMessage, UserMessage, AssistantMessage, ToolMessage], Field(discriminator="role")]
+
+
+# ---- tools and structured output ------------------------------------------------------------------
+
+class FunctionDefinition(Request):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(Request):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(Request):
+    name: str
+
+
+class NamedToolChoice(Request):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class TextFormat(Request):
+    type: Literal["text"]
+
+
+class JsonObjectFormat(Request):
+    type: Literal["json_object"]
+
+
+class JsonSchemaSpec(Request):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    # `schema` shadows a BaseModel attribute, hence the alias.
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class JsonSchemaFormat(Request):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[Union[TextFormat, JsonObjectFormat, JsonSchemaFormat], Field(discriminator="type")]
+
+
+class StructuredOutputs(Request):
+    """vLLM's `structured_outputs` extension: exactly one of a JSON Schema, a regex (the whole output
+    matches it), a list of choices (the output is one of them) or a Lark / GBNF grammar."""
+
+    json_: dict[str, Any] | bool | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        given = [v for v in (self.json_, self.regex, self.choice, self.grammar) if v is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of json, regex, choice, grammar")
+        return self
+
+
+class StreamOptions(Request):
+    include_usage: bool = False
+
+
+# ---- requests -------------------------------------------------------------------------------------
+
+class SamplingFields(Request):
+    """Fields shared by chat and legacy completions."""
+
+    model: str
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    seed: int | None = None
+    stop: str | list[str] | None = Field(default=None, max_length=4)
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    structured_outputs: StructuredOutputs | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n):
+        if n != 1:
+            raise ValueError("only n = 1 (one choice per request) is supported")
+        return n
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self):
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed with stream: true")
+        return self
+
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs: true")
+        if self.tool_choice is not None and not self.tools:
+            raise ValueError("tool_choice is only allowed when tools are given")
+        return self
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int]
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+
+# ---- responses ------------------------------------------------------------------------------------
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+    refusal: None = None
+
+
+class ResponseFunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunctionCall
+
+
+class ResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: None = None
+    tool_calls: list[ResponseToolCall] | None = None
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = PromptTokensDetails()
+
+
+# finish_reason: OpenAI's values plus "error" (the grammar engine failed, or the output does not
+# validate against the requested schema); never "stop" for output that breaks its constraint.
+FinishReason = Literal["stop", "length", "tool_calls", "error"]
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: ResponseMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReason
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+    system_fingerprint: str | None = None
+
+
+class ChunkFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChunkToolCall(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ChunkFunctionCall
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class CompletionLogprobs(BaseModel):
+    """The legacy completions logprobs shape."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: FinishReason | None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+    system_fingerprint: str | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "coreai"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail

@@ -1,0 +1,180 @@
+"""Compile a `GrammarSpec` for one tokenizer with llguidance, bounded by parser limits, and turn the
+engine's refusals into our errors: `UnsupportedSchemaFeature` (keyword + JSON pointer) for schema
+keywords it cannot enforce, `GrammarError` for bad regex / Lark / limits.
+
+llguidance reports an unenforceable keyword as a message without a location ("Unimplemented keys:
+["not"]", "Unknown format: foo", a regex parse error, ...); `locate` finds the keyword's pointer in
+the schema. Source of the engine's behaviour: llguidance docs/json_schema.md (supported keywords,
+`lenient`), llguidance `LLParserLimits` (compile and per-step bounds).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+
+from llguidance import LLMatcher, LLParserLimits
+
+from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from guided.matcher import GrammarMatcher
+from guided.spec import JSON_KINDS, GrammarSpec, pointer, subschemas
+from guided.tokenizer_info import TokenizerInfo
+
+
+def default_limits() -> LLParserLimits:
+    """llguidance's default bounds (lexer fuel 1M at compile, 200k per mask step; 50k Earley items per
+    step; 250k lexer states; 500k grammar symbols), with short error messages: verbose ones dump the
+    parser state and the whole grammar."""
+    return LLParserLimits(verbose_errors=False)
+
+
+@dataclass(frozen=True)
+class NotEnforced:
+    """A schema keyword compiled away in lenient mode: `keyword` at JSON `pointer`, and the engine's `message`."""
+
+    keyword: str
+    pointer: str
+    message: str
+
+
+@dataclass
+class CompiledGrammar:
+    """A grammar compiled for one tokenizer. Shared between threads and generations (read-only);
+    each generation gets its own `GrammarMatcher` from `matcher()`.
+
+    compile_seconds: wall time of the compile (s). not_enforced: lenient-mode gaps (empty otherwise).
+    warnings: other engine warnings (text).
+    """
+
+    spec: GrammarSpec
+    tokenizer: TokenizerInfo
+    template: LLMatcher
+    not_enforced: tuple[NotEnforced, ...] = ()
+    warnings: tuple[str, ...] = ()
+    compile_seconds: float = 0.0
+
+    def matcher(self) -> GrammarMatcher:
+        """A fresh matcher at the grammar's start (a copy of the compiled template: microseconds)."""
+        return GrammarMatcher(self.template, self.tokenizer)
+
+
+def _keyword_paths(schema, keyword: str, value=None) -> list[tuple]:
+    """Paths (to the keyword itself) of every subschema having `keyword` (with `value`, if given).
+    If the applicator walk finds none (a keyword under a non-standard key), any object in the
+    document having it."""
+    def has(node):
+        return isinstance(node, dict) and keyword in node and (value is None or node[keyword] == value)
+
+    found = [path + (keyword,) for path, sub in subschemas(schema) if has(sub)]
+    if not found:
+        found = [path + (keyword,) for path, node in _nodes(schema) if has(node)]
+    return found
+
+
+def _nodes(node, path=()):
+    """Every (path, value) in a JSON document, depth first."""
+    yield path, node
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        yield from _nodes(value, path + (key,))
+
+
+def _bad_patterns(schema):
+    """Paths of `pattern` values and `patternProperties` keys llguidance cannot compile on their own
+    (anywhere in the document: schemas sometimes hide subschemas under non-standard keys)."""
+    for path, sub in _nodes(schema):
+        if not isinstance(sub, dict):
+            continue
+        candidates = [(path + ("pattern",), sub.get("pattern"))]
+        if isinstance(sub.get("patternProperties"), dict):
+            candidates += [(path + ("patternProperties", k), k) for k in sub["patternProperties"]]
+        for where, regex in candidates:
+            if isinstance(regex, str):
+                grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": regex})
+                if LLMatcher.validate_grammar(grammar):
+                    yield where
+
+
+def locate(schema, message: str) -> list[tuple[str, str]]:
+    """[(keyword, JSON pointer)] that an llguidance schema message is about; [("", "")] if unknown."""
+    found: list[tuple[str, tuple]] = []
+    if m := re.search(r"Unimplemented keys: (\[.*?\])", message):
+        for kw in json.loads(m.group(1)):
+            found += [(kw, p) for p in _keyword_paths(schema, kw)]
+    elif m := re.search(r"(?:Unknown|Unimplemented|Unsupported) format: (.*)", message):
+        found += [("format", p) for p in _keyword_paths(schema, "format", m.group(1).strip())]
+    elif "oneOf" in message:
+        found += [("oneOf", p) for p in _keyword_paths(schema, "oneOf")]
+    elif "min/maxProperties" in message:
+        found += [(kw, p) for kw in ("minProperties", "maxProperties") for p in _keyword_paths(schema, kw)]
+    elif "patternProperty" in message:
+        found += [("patternProperties", p) for p in _keyword_paths(schema, "patternProperties")]
+    elif "regex" in message or "lookaround" in message:
+        found += [(p[-1] if p[-1] == "pattern" else "patternProperties", p) for p in _bad_patterns(schema)]
+        found = found or [("pattern", p) for p in _keyword_paths(schema, "pattern")]  # a combination fails
+    elif "intersection" in message:
+        found += [("allOf", p) for p in _keyword_paths(schema, "allOf")]
+    elif any(w in message for w in ("Resource", "Pointer", "$ref", "references")):
+        refs = [(p, _get(schema, p)) for p in _keyword_paths(schema, "$ref")]
+        # the message names the resolved URI; a relative ref is a suffix of it, a remote one is not local
+        found += [("$ref", p) for p, ref in refs if str(ref) in message] or \
+                 [("$ref", p) for p, ref in refs if not str(ref).startswith("#")][:1]
+    return [(kw, pointer(p)) for kw, p in found] or [("", "")]
+
+
+def _get(schema, path):
+    for p in path:
+        schema = schema[p]
+    return schema
+
+
+def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None = None) -> CompiledGrammar:
+    """Compile `spec` for `tokenizer` (milliseconds for typical schemas; bounded by `limits`).
+
+    Raises UnsupportedSchemaFeature (JSON kinds, not lenient): a keyword the engine cannot enforce,
+    with its keyword and pointer (the first one when several). SchemaError: no JSON value satisfies
+    the schema (e.g. `minProperties` beyond the declared properties under strict mode).
+    GrammarError: invalid regex or Lark, or a grammar over the limits.
+    """
+    limits = limits or default_limits()
+    t0 = time.perf_counter()
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(spec.grammar, tokenizer.ll_tokenizer, limits=limits)
+    is_json = spec.kind in JSON_KINDS
+    if is_error or (is_json and messages and not spec.lenient):
+        # Not lenient: a warning from the JSON compiler also means something would not be enforced.
+        message = messages[0] if messages else "the engine refused the grammar"
+        if not is_json:
+            raise GrammarError(f"cannot compile the {spec.kind} grammar: {message}")
+        if "Unsatisfiable" in message:
+            hint = " under strict mode (strict=False allows undeclared properties)" if spec.options.get("strict") else ""
+            raise SchemaError(f"no JSON value satisfies the schema{hint}: {message}")
+        keyword, where = locate(spec.schema, message)[0]
+        where_text = f" at {where or '/'}" if keyword else ""
+        raise UnsupportedSchemaFeature(f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where)
+    template = LLMatcher(tokenizer.ll_tokenizer, spec.grammar, log_level=0, limits=limits)
+    # The lexer is built lazily: the first mask is where most limits (lexer states, fuel, Earley
+    # items) are hit. Computing it here turns that into a compile error, and every matcher copied
+    # from the template starts with the work done.
+    template.compute_bitmask()
+    if template.is_error():
+        message = template.get_error().replace("<non-verbose/>", "").strip()
+        raise GrammarError(f"cannot compile the {spec.kind} grammar (over the engine's limits?): {message}")
+    not_enforced: list[NotEnforced] = []
+    warnings: list[str] = []
+    for message in messages:
+        if is_json:
+            not_enforced += [NotEnforced(kw, p, message) for kw, p in locate(spec.schema, message)]
+        else:
+            warnings.append(message)
+    return CompiledGrammar(spec, tokenizer, template, tuple(not_enforced), tuple(warnings), time.perf_counter() - t0)
+
+
+class LLGuidanceBackend:
+    """The llguidance engine behind the `GrammarBackend` interface."""
+
+    name = "llguidance"
+
+    def compile(self, spec: GrammarSpec, tokenizer: TokenizerInfo) -> CompiledGrammar:
+        return compile_grammar(spec, tokenizer)

@@ -1,0 +1,168 @@
+"""`ConstrainedSession`: guided generation on a `runtime.Model`, plus the low-level calls for people
+who run their own decoding loop (`next_token_bitmask`, `apply_mask`, `accept_token`, ...).
+
+A session compiles its grammar once (through the shared `GrammarCache`) and owns one double-buffered
+bitmask; each `generate`/`stream` gets a fresh matcher. Sessions are not shared between threads;
+compiled grammars are.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import jsonschema
+import mlx.core as mx
+
+from guided.bitmask import TokenBitmask, apply_token_bitmask
+from guided.cache import GrammarCache, default_cache
+from guided.compiler import NotEnforced
+from guided.spec import JSON_KINDS, make_spec, pointer
+from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
+from guided.tokenizer_info import get_tokenizer_info
+from runtime.generate import Delta, GenerationResult
+from runtime.sampling import SamplingParams
+
+
+@dataclass
+class GuidedResult(GenerationResult):
+    """A `GenerationResult` with the grammar's verdict.
+
+    value: the parsed JSON value (JSON inputs, when the text parses), else None.
+    complete: the grammar matched the whole output (False after max_tokens, an error or a cancel).
+    valid: complete and, for JSON Schema inputs, the value validates with `jsonschema` against the
+        schema as given (a safety net; in lenient mode it checks what the grammar did not enforce).
+    errors: why not valid: "incomplete ...", the engine's message, or "<pointer>: <jsonschema message>".
+    stats: guided counters (`GuidedStats`); not_enforced: lenient-mode gaps.
+    """
+
+    value: Any = None
+    complete: bool = False
+    valid: bool = False
+    errors: list[str] = field(default_factory=list)
+    stats: GuidedStats = field(default_factory=GuidedStats)
+    not_enforced: tuple[NotEnforced, ...] = ()
+    compile_seconds: float = 0.0
+
+
+class ConstrainedSession:
+    """Generate text constrained by exactly one of:
+
+    schema: a JSON Schema (dict, JSON text, file path or pydantic model class);
+    json_object: True for any JSON object;
+    regex: a regular expression for the whole output;
+    choices: a list of strings, the output is one of them;
+    grammar: Lark (also with llama.cpp's `%llguidance {}` line) or GBNF text, or a .lark/.gbnf path.
+
+    Options: any_whitespace (False), strict (True), lenient (False): see `guided.spec`.
+    jump_forward (True): append grammar-forced tokens without sampling.
+    cache: the compiled-grammar cache (the process-wide `default_cache` by default).
+
+    Raises SchemaError (pointer), UnsupportedSchemaFeature (keyword, pointer), GrammarError, ValueError.
+    """
+
+    def __init__(self, model, *, schema=None, json_object: bool = False, regex: str | None = None, choices=None,
+                 grammar: str | None = None, any_whitespace: bool = False, strict: bool = True,
+                 lenient: bool = False, jump_forward: bool = True, cache: GrammarCache | None = None):
+        self.model = model
+        self.spec = make_spec(schema=schema, json_object=json_object, regex=regex, choices=choices, grammar=grammar,
+                              any_whitespace=any_whitespace, strict=strict, lenient=lenient)
+        self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
+        self.compiled = (cache or default_cache).get(self.spec, self.tokenizer_info)
+        self.jump_forward = jump_forward
+        self.bitmask = TokenBitmask(model.vocab_size)
+        self.matcher = self.compiled.matcher()  # the low-level calls' state
+
+    # -- generation ---------------------------------------------------------------------------------
+
+    def strategy(self, sampling: SamplingParams | None = None, logprobs: bool = False) -> ConstrainedDecodingStrategy:
+        """A fresh `ConstrainedDecodingStrategy` for one generation, sharing this session's bitmask."""
+        return ConstrainedDecodingStrategy(self.compiled, sampling, bitmask=self.bitmask,
+                                           jump_forward=self.jump_forward, want_logprobs=logprobs)
+
+    def stream(self, prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
+               top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
+               sampling: SamplingParams | None = None, **kwargs) -> Iterator[Delta]:
+        """Stream `runtime.Delta`s; the last one has `finish_reason` and a `GuidedResult` in `.result`.
+
+        prompt: text, chat messages or token ids (as `Model.stream`). `sampling` overrides the
+        individual sampling arguments. Other keyword arguments go to `Model.stream` (e.g. `tools`,
+        `cancel`, `prompt_cache`, `chat_template`, `logprobs`). Raises ValueError for bad parameters.
+        """
+        sampling = sampling or SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                                              repetition_penalty=repetition_penalty, seed=seed)
+        strategy = self.strategy(sampling.validate(), kwargs.get("logprobs", False))
+        for delta in self.model.stream(prompt, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):
+            if delta.result is not None:
+                delta.result = self._verdict(delta.result, strategy)
+            yield delta
+
+    def generate(self, prompt, **kwargs) -> GuidedResult:
+        """Run one constrained generation to the end; arguments as `stream`. Returns a `GuidedResult`."""
+        for delta in self.stream(prompt, **kwargs):
+            if delta.result is not None:
+                return delta.result
+        raise AssertionError("stream ended without a result")
+
+    def _verdict(self, result: GenerationResult, strategy: ConstrainedDecodingStrategy) -> GuidedResult:
+        complete = result.finish_reason == "stop" and strategy.complete
+        errors: list[str] = []
+        if result.finish_reason == "error":
+            errors.append(result.error or strategy.error or "grammar engine error")
+        elif not complete:
+            errors.append(f"incomplete: generation ended ({result.finish_reason}) before the grammar was complete")
+        value = None
+        if self.spec.kind in JSON_KINDS and complete:
+            value, json_errors = check_json(result.text, self.spec.schema)
+            errors += json_errors
+        return GuidedResult(**vars(result), value=value, complete=complete, valid=complete and not errors,
+                            errors=errors, stats=strategy.stats, not_enforced=self.compiled.not_enforced,
+                            compile_seconds=self.compiled.compile_seconds)
+
+    # -- low-level calls, for a decoding loop of one's own ------------------------------------------
+
+    def next_token_bitmask(self) -> mx.array:
+        """Fill and return the next-token bitmask: mx.array [1, ceil(vocab_size / 32)] int32 (one of
+        this session's two buffers; valid until the call after next)."""
+        return self.bitmask.fill(self.matcher)
+
+    def apply_mask(self, logits: mx.array) -> mx.array:
+        """Logits [1, vocab_size] or [vocab_size] (float32/float16/bfloat16) with disallowed tokens at
+        -inf, using the mask of the last `next_token_bitmask()` call."""
+        return apply_token_bitmask(logits, self.bitmask.current)
+
+    def accept_token(self, token: int) -> bool:
+        """Advance the grammar by one token; False if not allowed (the session's matcher is then in an
+        error state until `reset()`)."""
+        return self.matcher.accept_token(token)
+
+    def jump_forward_string(self) -> str:
+        """The text the grammar forces next ("" if none); does not change the state."""
+        return self.matcher.jump_forward_string()
+
+    def rollback(self, n: int) -> bool:
+        """Undo the last `n` accepted tokens; False if fewer were accepted."""
+        return self.matcher.rollback(n)
+
+    def reset(self) -> None:
+        """Back to the grammar's start (also after an error)."""
+        self.matcher.reset()
+
+    @property
+    def is_terminated(self) -> bool:
+        """True when only EOS can follow (the grammar is complete) or the matcher is in an error state."""
+        return self.matcher.is_terminated()
+
+
+def check_json(text: str, schema) -> tuple[Any, list[str]]:
+    """(parsed value or None, errors): `text` parsed as JSON and validated against `schema` with
+    `jsonschema` (format assertions on). Errors are "<JSON pointer>: <message>"."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, [f"not JSON: {exc}"]
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator.iter_errors(value)]
+    return value, errors

@@ -1,0 +1,260 @@
+"""Turn the user's constraint (JSON Schema, JSON object, regex, choices, Lark, GBNF) into a `GrammarSpec`:
+one canonical llguidance grammar text plus what is needed to check the final output.
+
+Options (the same for every input kind that uses them):
+
+- `any_whitespace=False`: JSON is compact (`{"a":1,"b":[2,3]}`: separators "," and ":", no other
+  whitespace), so a model cannot pad its output with runaway newlines. True allows any JSON
+  whitespace between tokens (llguidance's `whitespace_flexible`).
+- `strict=True`: like OpenAI's strict mode, an object schema that declares `properties` and says
+  nothing about other keys (no `additionalProperties`, `patternProperties` or
+  `unevaluatedProperties`) gets `additionalProperties: false`: the output has only declared keys.
+  Schemas that take part in an `allOf` intersection (directly, through anyOf/oneOf or a `$ref`)
+  are left alone, since closing each part would forbid the other parts' keys, and so is an object
+  whose `required` names an undeclared key. A schema that explicitly allows more keys
+  keeps them. Outputs under strict mode are valid against the original schema too.
+- `lenient=False`: a keyword the engine cannot enforce raises `UnsupportedSchemaFeature` (see
+  `guided.compiler`). With True the grammar enforces what it can, `CompiledGrammar.not_enforced`
+  lists the rest, and the final output is checked with `jsonschema`.
+
+Property order follows the schema (JSON text is parsed into an insertion-ordered dict; the canonical
+text keeps that order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from llguidance import LLMatcher
+from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
+
+from guided.errors import GrammarError, SchemaError
+
+JSON_KINDS = ("json_schema", "json_object")
+
+# Keywords whose value is one subschema / a list of subschemas / a map of name -> subschema (draft 7 and
+# 2020-12 applicators). Used to walk a schema: strict mode and error pointers.
+SUBSCHEMA = ("additionalProperties", "items", "additionalItems", "contains", "not", "if", "then", "else",
+             "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+SUBSCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")  # "items" as a list: draft 4-7 tuples
+SUBSCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint ready to compile.
+
+    kind: "json_schema", "json_object", "regex", "choices" or "lark" (GBNF arrives here as Lark).
+    grammar: the llguidance grammar text (JSON), the cache's canonical key.
+    schema: the JSON Schema as given (after parsing, before strict mode), for the final output check;
+        None for non-JSON kinds.
+    options: the options that shaped `grammar` (any_whitespace, strict, lenient), for reports.
+    """
+
+    kind: str
+    grammar: str
+    schema: Any = None
+    options: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def lenient(self) -> bool:
+        return bool(self.options.get("lenient"))
+
+
+def pointer(path) -> str:
+    """JSON pointer (RFC 6901) of a path of keys and indexes: ("a/b", 0) -> "/a~1b/0"."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def subschemas(schema, path=()):
+    """Yield (path, subschema) for `schema` and every schema nested in it through applicator keywords."""
+    yield path, schema
+    if not isinstance(schema, dict):
+        return
+    for key, value in schema.items():
+        if key in SUBSCHEMA and isinstance(value, (dict, bool)):
+            yield from subschemas(value, path + (key,))
+        elif key in SUBSCHEMA_LIST and isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from subschemas(item, path + (key, i))
+        elif key in SUBSCHEMA_MAP and isinstance(value, dict):
+            for name, item in value.items():
+                if isinstance(item, (dict, bool)):  # "dependencies" also maps names to lists of names
+                    yield from subschemas(item, path + (key, name))
+
+
+def _is_json_text(text: str) -> bool:
+    text = text.strip()
+    return text.startswith("{") or text in ("true", "false")
+
+
+def load_schema(schema) -> Any:
+    """A JSON Schema from a dict/bool, JSON text, a file path (str or PathLike) or a pydantic model class.
+
+    Raises SchemaError for unreadable files and text that is not JSON (pointer "").
+    """
+    if isinstance(schema, (dict, bool)):
+        return schema
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):  # pydantic v2 model class
+        return schema.model_json_schema()
+    if isinstance(schema, os.PathLike) or (isinstance(schema, str) and not _is_json_text(schema)):
+        try:
+            with open(schema, encoding="utf-8") as f:
+                schema = f.read()
+        except OSError as exc:
+            raise SchemaError(f"cannot read the schema file {os.fspath(schema)!r}: {exc.strerror}") from None
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc}") from None
+    raise SchemaError(f"a schema must be a dict, JSON text, a file path or a pydantic model class, not {type(schema).__name__}")
+
+
+def check_metaschema(schema) -> None:
+    """Validate `schema` against its metaschema (`$schema`, default draft 2020-12).
+
+    Raises SchemaError with the JSON pointer of the offending location in the schema.
+    """
+    if not isinstance(schema, (dict, bool)):
+        raise SchemaError(f"a schema must be a JSON object or boolean, not {type(schema).__name__}")
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+    if error is not None:
+        where = pointer(error.absolute_path)
+        raise SchemaError(f"invalid schema at {where or '/'}: {error.message}", where)
+
+
+def resolve_local_ref(root, ref: str):
+    """The subschema a local `$ref` ("#/definitions/a~1b") points to in `root`, or None."""
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        return None
+    node = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _intersected(root) -> set[int]:
+    """ids of the subschemas that take part in an intersection: `allOf` members, `anyOf`/`oneOf`
+    members beside `properties` (the engine intersects each with its parent), and everything applied
+    at the same instance location below them (anyOf/oneOf/allOf members, then/else, local `$ref` targets)."""
+    stack = []
+    for _, sub in subschemas(root):
+        if isinstance(sub, dict):
+            for key in ("allOf", "anyOf", "oneOf") if "properties" in sub else ("allOf",):
+                stack += sub[key] if isinstance(sub.get(key), list) else []
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for key in ("allOf", "anyOf", "oneOf"):
+            stack += node.get(key, []) if isinstance(node.get(key), list) else []
+        stack += [node.get("then"), node.get("else"), resolve_local_ref(root, node.get("$ref"))]
+    return seen
+
+
+def close_objects(schema):
+    """Strict mode: a copy of `schema` where object schemas with `properties` and no say on other keys
+    get `additionalProperties: false`. Left open (closing would forbid keys that another part of the
+    schema allows, or make a required key impossible): parts of an intersection (`_intersected`),
+    schemas with allOf/anyOf/oneOf or a `$ref` beside their `properties`, and objects whose
+    `required` names a key they do not declare."""
+    schema = json.loads(json.dumps(schema))  # deep copy that keeps key order
+    intersected = _intersected(schema)
+    for _, sub in subschemas(schema):
+        if not isinstance(sub, dict) or not isinstance(sub.get("properties"), dict) or id(sub) in intersected:
+            continue
+        if any(k in sub for k in ("allOf", "anyOf", "oneOf", "$ref", "additionalProperties", "patternProperties",
+                                  "unevaluatedProperties")):
+            continue
+        required = sub.get("required")
+        if isinstance(required, list) and set(required) - set(sub["properties"]):
+            continue
+        sub["additionalProperties"] = False
+    return schema
+
+
+def json_grammar(schema, any_whitespace: bool, lenient: bool) -> str:
+    """llguidance grammar text for a JSON Schema with our whitespace and lenient options."""
+    options = {"whitespace_flexible": any_whitespace, "lenient": lenient}
+    if not any_whitespace:
+        options.update(item_separator=",", key_separator=":")
+    return LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=options)
+
+
+def read_grammar_text(grammar: str) -> tuple[str, str | None]:
+    """(text, file extension or None): a grammar given inline or as a path to a .lark / .gbnf file."""
+    if isinstance(grammar, os.PathLike) or ("\n" not in grammar and os.path.splitext(grammar)[1] in (".lark", ".gbnf")):
+        try:
+            with open(grammar, encoding="utf-8") as f:
+                return f.read(), os.path.splitext(os.fspath(grammar))[1]
+        except OSError as exc:
+            raise GrammarError(f"cannot read the grammar file {os.fspath(grammar)!r}: {exc.strerror}") from None
+    return grammar, None
+
+
+def lark_text(grammar: str) -> str:
+    """Lark text from Lark (optionally with llama.cpp's `%llguidance {}` first line, which llguidance
+    itself understands) or GBNF (llama.cpp's format; converted by llguidance's `gbnf_to_lark`).
+
+    Raises GrammarError when a GBNF grammar cannot be converted.
+    """
+    text, ext = read_grammar_text(grammar)
+    if ext == ".lark":
+        return text
+    try:
+        return any_to_lark(text)  # detects Lark syntax and returns it unchanged
+    except GbnfToLarkError as exc:
+        raise GrammarError(f"invalid GBNF grammar: {exc}") from None
+
+
+def make_spec(*, schema=None, json_object: bool = False, regex: str | None = None, choices=None,
+              grammar: str | None = None, any_whitespace: bool = False, strict: bool = True,
+              lenient: bool = False) -> GrammarSpec:
+    """Build the `GrammarSpec` for exactly one of `schema`, `json_object`, `regex`, `choices`, `grammar`.
+
+    schema: dict / bool / JSON text / file path / pydantic model class (see `load_schema`).
+    json_object: True for any JSON object (OpenAI's `json_object` response format).
+    regex: a regular expression the whole output must match (Rust `regex` syntax, anchored).
+    choices: a non-empty list of strings; the output is exactly one of them.
+    grammar: Lark or GBNF text, or a path to a .lark / .gbnf file.
+    Raises ValueError when not exactly one is given, SchemaError for a bad schema (with pointer),
+    GrammarError for empty choices or an unconvertible GBNF grammar. Regex and Lark syntax errors,
+    unsupported keywords and limits are raised when compiling (`guided.compiler.compile_grammar`).
+    """
+    given = [n for n, v in (("schema", schema), ("json_object", json_object or None), ("regex", regex),
+                            ("choices", choices), ("grammar", grammar)) if v is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of schema, json_object, regex, choices, grammar (got {given or 'none'})")
+    options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
+    if json_object:
+        schema = {"type": "object"}
+    if schema is not None:
+        schema = load_schema(schema)
+        check_metaschema(schema)
+        compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
+        kind = "json_object" if json_object else "json_schema"
+        return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
+    if regex is not None:
+        return GrammarSpec("regex", LLMatcher.grammar_from_regex(regex), None, options)
+    if choices is not None:
+        choices = list(choices)
+        if not choices or not all(isinstance(c, str) for c in choices):
+            raise GrammarError("choices must be a non-empty list of strings")
+        # JSON string escapes are valid Lark string literal escapes.
+        lark = "start: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+        return GrammarSpec("choices", LLMatcher.grammar_from_lark(lark), None, options)
+    return GrammarSpec("lark", LLMatcher.grammar_from_lark(lark_text(grammar)), None, options)

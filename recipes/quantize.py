@@ -1,0 +1,130 @@
+"""Quantization presets: MLX affine quantization (`mlx.nn.quantize`) chosen per module.
+
+A mixed recipe is a YAML or TOML file of rules matched in order against module paths (fnmatch
+globs on mlx-lm paths such as `model.layers.3.mlp.down_proj`); the first match decides:
+
+    bits = 4            # default for quantizable modules
+    group_size = 64
+    keep_embedding = false
+    [[rules]]
+    pattern = "model.layers.[0-3].*"   # the first layers at 8 bits, like Apple's mixed Qwen3 recipes
+    bits = 8
+    [[rules]]
+    pattern = "*.down_proj"
+    bits = 6
+    [[rules]]
+    pattern = "lm_head"
+    bits = 0             # 0: keep in float
+
+Norms are never quantized (they are not Linear/Embedding modules) and biases stay in float inside
+`QuantizedLinear`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ExportError
+
+PRESETS = {"none": None, "4bit": 4, "8bit": 8, "mixed": 4}
+VALID_BITS = (0, 2, 3, 4, 5, 6, 8)
+
+
+@dataclass
+class QuantPlan:
+    """How to quantize: default `bits` (None: no quantization), `group_size`, `rules`
+    [(glob, bits)], and whether embeddings/lm_head stay in float."""
+
+    bits: int | None
+    group_size: int = 64
+    keep_embedding: bool = False
+    rules: list[tuple[str, int]] = field(default_factory=list)
+
+    def bits_for(self, path: str, quantizable: tuple[str, ...], embeddings: tuple[str, ...]) -> int:
+        """Bits for the module at `path` (0: keep in float)."""
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf not in quantizable:
+            return 0
+        for pattern, bits in self.rules:
+            if fnmatch.fnmatchcase(path, pattern):
+                return bits
+        if self.keep_embedding and leaf in embeddings:
+            return 0
+        return self.bits or 0
+
+
+def load_plan(quantize: str, group_size: int, config: str | Path | None, keep_embedding: bool) -> QuantPlan:
+    """The QuantPlan for `--quantize`, `--group-size`, `--config FILE`, `--keep-embedding`.
+
+    Raises ExportError for an unknown preset, a bad group size, `mixed` without a config file,
+    or an unreadable/invalid config file (naming the file).
+    """
+    if quantize not in PRESETS:
+        raise ExportError(f"unknown quantization {quantize!r}; choose one of {', '.join(PRESETS)}")
+    if group_size not in (32, 64, 128):
+        raise ExportError(f"group size {group_size} is not supported; choose 32, 64 or 128")
+    plan = QuantPlan(PRESETS[quantize], group_size, keep_embedding)
+    if config is None:
+        if quantize == "mixed":
+            raise ExportError("--quantize mixed needs --config FILE (YAML or TOML) with per-module rules")
+        return plan
+    if quantize == "none":
+        raise ExportError(f"{config}: a quantization config needs --quantize 4bit, 8bit or mixed")
+    data = _read(Path(config))
+    try:
+        plan.bits = int(data.get("bits", plan.bits))
+        plan.group_size = int(data.get("group_size", plan.group_size))
+        plan.keep_embedding = bool(data.get("keep_embedding", plan.keep_embedding))
+        plan.rules = [(str(r["pattern"]), int(r["bits"] or 0)) for r in data.get("rules", [])]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ExportError(f"{config}: invalid quantization config ({exc!r}); expected bits, group_size, rules[pattern, bits]") from None
+    bad = sorted(({b for _, b in plan.rules} | {plan.bits}) - set(VALID_BITS))
+    if bad:
+        raise ExportError(f"{config}: unsupported bits {bad}; choose from {VALID_BITS}")
+    if plan.group_size not in (32, 64, 128):
+        raise ExportError(f"{config}: group size {plan.group_size} is not supported; choose 32, 64 or 128")
+    return plan
+
+
+def _read(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot read quantization config ({exc.strerror})") from None
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # each parser has its own error type; all mean "not valid"
+        raise ExportError(f"{path}: cannot parse quantization config ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise ExportError(f"{path}: quantization config must be a mapping")
+    return data
+
+
+def quantize_model(model, config: dict, plan: QuantPlan, quantizable: tuple[str, ...], embeddings: tuple[str, ...]) -> dict:
+    """Quantize `model` in place (lazily) with mlx-lm's `quantize_model` and return the config
+    with the `quantization` entry mlx-lm's loader expects (per-module entries where bits differ)."""
+    from mlx_lm.utils import quantize_model as mlx_quantize
+
+    def predicate(path, module):
+        bits = plan.bits_for(path, quantizable, embeddings)
+        if not bits:
+            return False
+        return True if bits == plan.bits else {"group_size": plan.group_size, "bits": bits, "mode": "affine"}
+
+    with contextlib.redirect_stdout(io.StringIO()):  # mlx-lm prints bits-per-weight; the summary has it
+        _, config = mlx_quantize(model, config, plan.group_size, plan.bits, quant_predicate=predicate)
+    return config

@@ -1,0 +1,177 @@
+"""Guided generation with the real tokenizers (Qwen byte-level BPE with llama.cpp padding, Gemma
+SentencePiece with byte fallback), the session on a tiny random Qwen-shaped model, and the real
+Qwen model extracting an address (marked `model`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from guided import (  # noqa: E402
+    ConstrainedDecodingStrategy,
+    ConstrainedSession,
+    check_json,
+    compile_grammar,
+    get_tokenizer_info,
+    make_spec,
+)
+from runtime.sampling import SamplingParams  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "guided"
+QWEN_LOGITS = 151_936  # Qwen2.5 config vocab_size; the tokenizer has 151,665 real tokens
+GEMMA_LOGITS = 262_144
+
+VALUES = {"name": "深圳湾公园 😀 ü", "n": -12.5e3, "k": 0, "s": 'a "quoted" \\ back\nslash\ttab \u0001', "t": [True, None]}
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "number"},
+                                           "k": {"type": "integer"}, "s": {"type": "string"},
+                                           "t": {"type": "array"}},
+          "required": ["name", "n", "k", "s", "t"]}
+
+
+@pytest.fixture(scope="module")
+def qwen_info(qwen_tokenizer):
+    return get_tokenizer_info(qwen_tokenizer.hf, QWEN_LOGITS, qwen_tokenizer.eos_ids)
+
+
+@pytest.fixture(scope="module")
+def gemma_info(gemma_tokenizer):
+    return get_tokenizer_info(gemma_tokenizer.hf, GEMMA_LOGITS, gemma_tokenizer.eos_ids)
+
+
+def mask_of(matcher) -> np.ndarray:
+    buf = np.zeros((1, matcher.words), np.int32)
+    matcher.fill_next_token_bitmask(buf)
+    return np.unpackbits(buf.view(np.uint8), bitorder="little").astype(bool)
+
+
+def test_qwen_padding_never_allowed(qwen_info, qwen_tokenizer):
+    pad = set(range(151_665, QWEN_LOGITS))
+    assert pad <= qwen_info.padding_ids and len(qwen_info.padding_ids) == 271
+    assert qwen_info.ll_tokenizer.is_special_token(151_700)  # no longer "[PAD151700]" text
+    for regex in (r"[\[\]A-Z0-9]+", r"[\s\S]*"):
+        m = compile_grammar(make_spec(regex=regex), qwen_info).matcher()
+        mask = mask_of(m)
+        assert mask.sum() > 1000 and not mask[sorted(pad)].any()
+        assert not mask[sorted(qwen_info.eos_ids)].any() or m.is_accepting()
+
+
+@pytest.mark.parametrize("which", ["qwen", "gemma"])
+def test_real_tokenizer_accepts_cjk_emoji_numbers_escapes(which, request):
+    tok = request.getfixturevalue(f"{which}_tokenizer")
+    info = request.getfixturevalue(f"{which}_info")
+    text = json.dumps(VALUES, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(text) == VALUES
+    m = compile_grammar(make_spec(schema=SCHEMA), info).matcher()
+    tokens = tok.hf.encode(text, add_special_tokens=False)
+    for i, t in enumerate(tokens):
+        assert not m.is_accepting(), i
+        assert not mask_of(m)[list(info.eos_ids)].any(), "EOS allowed before the end"
+        assert m.accept_token(t), (i, tok.hf.decode(tokens[: i + 1]), m.error)
+    assert m.is_accepting() and mask_of(m)[list(info.eos_ids)].all()
+    # the same text with a broken escape is refused
+    bad = compile_grammar(make_spec(schema=SCHEMA), info).matcher()
+    assert not bad.accept_tokens(tok.hf.encode('{"name":"a\\q"', add_special_tokens=False))
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+def test_random_logits_at_qwen_width(qwen_info, qwen_tokenizer, dtype):
+    schema = {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 12}, "altitude": {"type": "integer", "minimum": 0, "maximum": 9000},
+        "mode": {"enum": ["fly", "hover"]}, "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 4}},
+        "required": ["city", "altitude", "mode", "tags"]}
+    compiled = compile_grammar(make_spec(schema=schema), qwen_info)
+    rng = np.random.default_rng(0)
+    for seed in range(2):
+        strategy = ConstrainedDecodingStrategy(compiled, SamplingParams(temperature=1.0))
+        strategy.begin([1])
+        tokens = []
+        for _ in range(300):
+            strategy.prepare()
+            allowed = np.unpackbits(np.array(strategy.bitmask.current).view(np.uint8), bitorder="little")
+            assert not allowed[151_665:].any()
+            step = strategy.step(mx.array(rng.normal(size=(1, QWEN_LOGITS)) * 4).astype(dtype))
+            assert not step.tokens or allowed[step.tokens[0]]
+            tokens += step.tokens
+            if step.finish:
+                break
+        assert step.finish == "stop", step
+        text = qwen_tokenizer.decode([t for t in tokens if t not in qwen_info.eos_ids])
+        value, errors = check_json(text, schema)
+        assert not errors, (text, errors)
+
+
+# -- the session on a tiny random network with the real Qwen tokenizer ---------------------------------
+
+TINY_SCHEMA = {"type": "object", "properties": {
+    "location": {"type": "string", "maxLength": 10}, "altitude": {"type": "integer", "minimum": 0, "maximum": 500},
+    "confirm": {"type": "boolean"}}, "required": ["location", "altitude", "confirm"]}
+
+
+def test_session_generate_valid_json(tiny_model):
+    session = ConstrainedSession(tiny_model, schema=TINY_SCHEMA)
+    result = session.generate("fly to Shenzhen Bay Park at 100 metres", max_tokens=64)
+    assert result.finish_reason == "stop" and result.complete and result.valid, result
+    assert list(result.value) == ["location", "altitude", "confirm"]
+    assert result.stats.tokens_jumped > 0 and result.forced_tokens == result.stats.tokens_jumped
+    assert result.forward_passes < result.usage.completion_tokens + 1  # jump-forward saved passes
+    assert result.stats.masks >= result.stats.forward_passes
+
+
+def test_session_stream_and_length(tiny_model):
+    session = ConstrainedSession(tiny_model, schema=TINY_SCHEMA)
+    deltas = list(session.stream("hello", max_tokens=64, temperature=0.7, seed=3))
+    result = deltas[-1].result
+    assert "".join(d.text for d in deltas) == result.text and result.valid
+    short = session.generate("hello", max_tokens=3)
+    assert short.finish_reason == "length" and not short.complete and not short.valid
+    assert short.errors and short.errors[0].startswith("incomplete")
+
+
+def test_session_choices_regex_grammar(tiny_model):
+    for kwargs, check in (
+        ({"choices": ["yes", "no", "深圳"]}, lambda t: t in ("yes", "no", "深圳")),
+        ({"regex": r"[0-9]{3}-[a-z]{2}"}, lambda t: len(t) == 6 and t[3] == "-"),
+        ({"grammar": str(DATA / "arithmetic.gbnf")}, lambda t: t[0].isdigit() or t[0] == "("),
+    ):
+        result = ConstrainedSession(tiny_model, **kwargs).generate("go", max_tokens=12)
+        if result.finish_reason == "stop":
+            assert result.valid and check(result.text), (kwargs, result.text)
+        else:
+            assert result.finish_reason == "length" and not result.valid
+
+
+def test_session_low_level_calls(tiny_model):
+    session = ConstrainedSession(tiny_model, regex="ab[0-9]+")
+    mask = session.next_token_bitmask()
+    assert mask.dtype == mx.int32 and mask.shape == (1, (QWEN_LOGITS + 31) // 32)
+    logits = session.apply_mask(mx.zeros((1, QWEN_LOGITS), dtype=mx.bfloat16))
+    first = int(mx.argmax(logits, axis=-1).item())
+    assert session.accept_token(first)
+    text = tiny_model.tokenizer.decode([first])
+    assert "ab".startswith(text) or text.startswith("ab")
+    forced = session.jump_forward_string()
+    assert (text + forced).startswith("ab") and not session.is_terminated
+    assert session.rollback(1) and not session.rollback(1)
+    session.reset()
+    assert np.array_equal(np.array(session.next_token_bitmask()), np.array(mask))
+
+
+# -- the real Qwen model ------------------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_qwen_extracts_shipping_address(qwen_model):
+    session = ConstrainedSession(qwen_model, schema=DATA / "address.schema.json")
+    result = session.generate(
+        "Extract the shipping address from this message as JSON: 'Hi, please send the order to Jane Doe, "
+        "42 Baker Street, London NW1 6XE, United Kingdom. Thanks!'", max_tokens=120)
+    assert result.valid, (result.text, result.errors)
+    assert result.value["name"] == "Jane Doe"
+    assert "42 Baker Street" in result.value["street"] and result.value["city"] == "London"
+    assert result.value["postal_code"] == "NW1 6XE" and "United Kingdom" in result.value["country"]

@@ -1,0 +1,409 @@
+"""llm-server tests against real uvicorn servers on loopback, with the official `openai` client and
+raw httpx.
+
+The tiny random model (real Qwen tokenizer) covers protocol shapes, errors, queueing, cancellation
+and concurrency; its text is noise, but constrained output is still valid by construction. The real
+Qwen model covers behaviour (answers, JSON, tool calls) with small max_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import jsonschema
+import openai
+import pydantic
+import pytest
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+from coreai.server import ServerConfig
+from coreai.server.background import serve_in_thread
+from coreai.server.tools import ToolCallParser
+
+KEY = "test-key"
+USER = [{"role": "user", "content": "Say something."}]
+
+
+def serve(model, **config):
+    """A real uvicorn server on a free loopback port, in a thread (yields its base URL)."""
+    return serve_in_thread(model, ServerConfig(**config))
+
+
+def client(base: str, **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key=kw.pop("api_key", "unused"), max_retries=0, **kw)
+
+
+def sse(response: httpx.Response) -> list:
+    """Parsed `data:` events of an SSE response; "[DONE]" stays a string."""
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    with serve(tiny_model, model_name="tiny", max_tokens=480, temperature=0.0, max_queue=8) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def tiny_strict(tiny_model):
+    """No waiting room (max_queue 0), an API key and a 2 KiB body bound."""
+    with serve(tiny_model, model_name="tiny", max_tokens=480, max_queue=0, api_key=KEY, max_body_bytes=2048) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def qwen(qwen_model):
+    with serve(qwen_model, model_name="qwen", max_tokens=256, temperature=0.0) as base:
+        yield base
+
+
+# ---- protocol (tiny model) ------------------------------------------------------------------------
+
+def test_health_models_and_docs(tiny):
+    assert httpx.get(tiny + "/health").json()["status"] == "ok"
+    models = client(tiny).models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    spec = httpx.get(tiny + "/openapi.json").json()
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(spec["paths"])
+    assert httpx.get(tiny + "/docs").status_code == 200
+
+
+def test_chat_shape_and_usage(tiny):
+    r = client(tiny).chat.completions.create(model="tiny", messages=USER, max_tokens=5)
+    assert r.id.startswith("chatcmpl-") and r.object == "chat.completion" and r.model == "tiny"
+    choice = r.choices[0]
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert choice.finish_reason == "length" and r.usage.completion_tokens == 5
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 5
+
+
+def test_stream_matches_non_stream(tiny):
+    body = {"model": "tiny", "messages": USER, "max_tokens": 12, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", tiny + "/v1/chat/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        events = sse(response)
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 12
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert all(c["usage"] is None for c in chunks[:-1])
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1])
+    whole = client(tiny).chat.completions.create(model="tiny", messages=USER, max_tokens=12, temperature=0)
+    assert streamed == whole.choices[0].message.content
+
+
+def test_seed_reproduces_sampling(tiny):
+    ask = lambda seed: client(tiny).chat.completions.create(  # noqa: E731
+        model="tiny", messages=USER, max_tokens=8, temperature=1.0, seed=seed,
+        extra_body={"top_k": 50, "min_p": 0.01, "repetition_penalty": 1.1}).choices[0].message.content
+    assert ask(7) == ask(7) != ask(8)
+
+
+def test_logprobs(tiny):
+    r = client(tiny).chat.completions.create(model="tiny", messages=USER, max_tokens=6, temperature=0,
+                                             logprobs=True, top_logprobs=3)
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == r.usage.completion_tokens == 6
+    for e in entries:
+        tops = [t.logprob for t in e.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True)
+        assert e.logprob == pytest.approx(tops[0], abs=1e-5)  # greedy picks the most likely token
+        assert e.token == e.top_logprobs[0].token and bytes(e.bytes).decode("utf-8", "replace") == e.token
+    assert "".join(e.token for e in entries) == r.choices[0].message.content
+
+
+def test_completions_legacy(tiny):
+    r = client(tiny).completions.create(model="tiny", prompt="Once upon a time", max_tokens=4, logprobs=2)
+    choice = r.choices[0]
+    assert r.object == "text_completion" and choice.finish_reason == "length"
+    assert len(choice.logprobs.tokens) == 4 and all(len(t) <= 2 for t in choice.logprobs.top_logprobs)
+    assert choice.logprobs.text_offset[0] == 0
+    chunks = list(client(tiny).completions.create(model="tiny", prompt="Once upon a time", max_tokens=4, stream=True))
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("structured, check", [
+    ({"choice": ["red", "green", "blue"]}, lambda t: t in ("red", "green", "blue")),
+    ({"regex": "[0-9]{3}-[a-z]{2}"}, lambda t: len(t) == 6 and t[:3].isdigit() and t[3] == "-"),
+    ({"grammar": 'start: "yes" | "no" | "maybe"'}, lambda t: t in ("yes", "no", "maybe")),
+    ({"json": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}},
+     lambda t: isinstance(json.loads(t)["ok"], bool)),
+])
+def test_structured_outputs_extension(tiny, structured, check):
+    r = client(tiny).chat.completions.create(model="tiny", messages=USER, max_tokens=30,
+                                             extra_body={"structured_outputs": structured})
+    assert r.choices[0].finish_reason == "stop" and check(r.choices[0].message.content)
+    c = client(tiny).completions.create(model="tiny", prompt="Pick:", max_tokens=30,
+                                        extra_body={"structured_outputs": structured})
+    assert c.choices[0].finish_reason == "stop" and check(c.choices[0].text)
+
+
+# Bounded argument schemas, so even the random tiny model finishes its calls.
+UNIT_TOOLS = [
+    {"type": "function", "function": {"name": "set_unit", "description": "Set the unit.", "parameters": {
+        "type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["unit"]}}},
+    {"type": "function", "function": {"name": "toggle", "parameters": {
+        "type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]}}},
+]
+
+
+@pytest.mark.parametrize("tool_choice, names", [
+    ("required", {"set_unit", "toggle"}),
+    ({"type": "function", "function": {"name": "toggle"}}, {"toggle"}),
+])
+def test_tool_calls_constrained_tiny(tiny, tool_choice, names):
+    r = client(tiny).chat.completions.create(model="tiny", messages=USER, tools=UNIT_TOOLS, tool_choice=tool_choice,
+                                             parallel_tool_calls=False, max_tokens=40)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.type == "function" and call.function.name in names
+    schema = next(t["function"]["parameters"] for t in UNIT_TOOLS if t["function"]["name"] == call.function.name)
+    jsonschema.validate(json.loads(call.function.arguments), schema)
+
+
+def test_tool_call_stream_deltas(tiny):
+    stream = client(tiny).chat.completions.create(model="tiny", messages=USER, tools=UNIT_TOOLS, tool_choice="required",
+                                                  parallel_tool_calls=False, max_tokens=40, stream=True)
+    chunks = [c for c in stream if c.choices]
+    calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert len(calls) == 1 and calls[0].index == 0 and calls[0].id.startswith("call_")
+    json.loads(calls[0].function.arguments)
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+def test_tool_call_parser_streaming():
+    text = 'Let me check.\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>\n' \
+           '{"name": "g", "arguments": {}}\n</tool_call>'
+    parser = ToolCallParser()
+    items = [x for ch in text for x in parser.feed(ch)] + parser.finish()
+    assert "".join(x for x in items if isinstance(x, str)) == "Let me check."
+    assert [(c.name, json.loads(c.arguments)) for c in parser.calls] == [("f", {"x": 1}), ("g", {})]
+    cut = ToolCallParser()
+    items = cut.feed('<tool_call>\n{"name": "f", "argu') + cut.finish()
+    assert not cut.calls and items == ['<tool_call>\n{"name": "f", "argu']
+    bare = ToolCallParser()  # small models often drop the tags; the auto grammar allows that form
+    assert bare.feed(' {"name": "f", ') + bare.feed('"arguments": {"x": 2}}') == []
+    assert [c.name for c in bare.finish()] == ["f"]
+    plain = ToolCallParser()
+    assert plain.feed("  \nHi <tool") + plain.feed(" there") + plain.finish() == ["  \nHi", " <tool there"]
+
+
+# ---- errors (raw HTTP) ----------------------------------------------------------------------------
+
+def chat_body(**fields):
+    return {"model": "tiny", "messages": USER, **fields}
+
+
+BAD_SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+    "type": "object", "properties": {"a": {"type": "strin"}}}}}
+UNENFORCEABLE = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+    "type": "object", "properties": {"a": {"not": {"type": "string"}}}}}}
+
+
+@pytest.mark.parametrize("body, status, param, words", [
+    (b'{"model": "tiny", "messages": [', 400, None, "malformed JSON"),
+    (chat_body(logit_bias={"1": 5}), 400, "logit_bias", "does not support"),
+    (chat_body(messages=[{"role": "user", "content": "x", "name": "bob"}]), 400, "messages[0].name", "does not support"),
+    (chat_body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+     400, "messages[0].content[0]", "image_url"),
+    (chat_body(n=2), 400, "n", "n = 1"),
+    (chat_body(temperature=-1), 400, "temperature", "greater than"),
+    (chat_body(max_tokens=100000), 400, "max_tokens", "<= 480"),
+    (chat_body(top_logprobs=2), 400, "", "requires logprobs"),
+    (chat_body(response_format=BAD_SCHEMA), 400, "response_format.json_schema.schema", "/properties/a/type"),
+    (chat_body(response_format=UNENFORCEABLE), 400, "response_format.json_schema.schema", "/properties/a/not"),
+    (chat_body(structured_outputs={"regex": "(unclosed"}), 400, "structured_outputs.regex", "regex"),
+    (chat_body(structured_outputs={"grammar": "start: undefined_rule"}), 400, "structured_outputs.grammar", ""),
+    (chat_body(tools=UNIT_TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), 400, "tool_choice", "nope"),
+    (chat_body(tools=UNIT_TOOLS, response_format={"type": "json_object"}), 400, "response_format", "tools"),
+    (chat_body(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "integer", "minimum": "a"}}}}}]), 400, "tools[0].function.parameters", "/properties/x/minimum"),
+    (chat_body(messages=[{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]),
+     400, "messages[0].tool_calls[0].function.arguments", "JSON"),
+    (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
+])
+def test_error_statuses(tiny, body, status, param, words):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = httpx.post(tiny + "/v1/chat/completions", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["param"] or "") == (param or "") and words in error["message"]
+
+
+def test_auth_and_body_size(tiny_strict):
+    url = tiny_strict + "/v1/chat/completions"
+    body = chat_body(max_tokens=2)
+    assert httpx.post(url, json=body).status_code == 401
+    wrong = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(tiny_strict + "/v1/models").status_code == 401
+    assert httpx.get(tiny_strict + "/health").status_code == 200
+    auth = {"Authorization": f"Bearer {KEY}"}
+    assert httpx.post(url, json=body, headers=auth).status_code == 200
+    big = chat_body(messages=[{"role": "user", "content": "x" * 4096}])
+    too_large = httpx.post(url, json=big, headers=auth)
+    assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "request_too_large"
+
+    def chunked():  # no Content-Length: the bound is enforced while reading
+        yield json.dumps(big).encode()
+
+    assert httpx.post(url, content=chunked(), headers=auth).status_code == 413
+    assert client(tiny_strict, api_key=KEY).models.list().data[0].id == "tiny"
+
+
+def test_queue_full_then_dropped_stream_frees_the_worker(tiny_strict):
+    """With no waiting room, a second request during a generation gets 429 + Retry-After; dropping the
+    stream cancels the generation, so the next request is answered at once (not after ~450 tokens)."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    url = tiny_strict + "/v1/chat/completions"
+    long = chat_body(max_tokens=450, stream=True, temperature=1.0, seed=1)
+    with httpx.stream("POST", url, json=long, headers=auth, timeout=60) as response:
+        lines = response.iter_lines()
+        seen = 0
+        for line in lines:  # wait until tokens flow: the generation is running
+            seen += line.startswith("data: ")
+            if seen >= 3:
+                break
+        busy = httpx.post(url, json=chat_body(max_tokens=2), headers=auth)
+        assert busy.status_code == 429 and int(busy.headers["Retry-After"]) >= 1
+        assert busy.json()["error"]["code"] == "queue_full"
+    start = time.monotonic()
+    r = httpx.post(url, json=chat_body(max_tokens=3), headers=auth, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+    assert time.monotonic() - start < 5, "the dropped stream's generation kept the worker busy"
+
+
+def test_dropped_non_streaming_request_frees_the_worker(tiny_strict):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    url = tiny_strict + "/v1/chat/completions"
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(url, json=chat_body(max_tokens=450, temperature=1.0), headers=auth, timeout=1.0)
+    deadline = time.monotonic() + 5  # the server polls for disconnects twice a second
+    while (r := httpx.post(url, json=chat_body(max_tokens=2), headers=auth, timeout=60)).status_code == 429:
+        assert time.monotonic() < deadline, "the abandoned request kept the worker busy"
+        time.sleep(0.2)
+    assert r.status_code == 200
+
+
+def test_eight_concurrent_clients(tiny, tiny_model):
+    """8 clients at once: all answered, each with its own prompt's greedy answer (no cross-talk)."""
+    prompts = [f"Count to {i}." for i in range(8)]
+    expected = [tiny_model.generate([{"role": "user", "content": p}], max_tokens=8).text for p in prompts]
+    results: dict[int, str] = {}
+
+    def ask(i):
+        r = client(tiny, timeout=120).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": prompts[i]}], max_tokens=8, temperature=0)
+        results[i] = r.choices[0].message.content
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [results.get(i) for i in range(8)] == expected
+
+
+# ---- behaviour (real Qwen model) ------------------------------------------------------------------
+
+CAPITAL = [{"role": "system", "content": "Answer in one word."},
+           {"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.mark.model
+def test_qwen_chat_and_stream(qwen):
+    c = client(qwen)
+    r = c.chat.completions.create(model="qwen", messages=CAPITAL, max_tokens=10)
+    assert "Paris" in r.choices[0].message.content and r.choices[0].finish_reason == "stop"
+    chunks = list(c.chat.completions.create(model="qwen", messages=CAPITAL, max_tokens=10, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "Paris" in "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0  # the prefix cache served the same prompt
+
+
+@pytest.mark.model
+def test_qwen_stop_strings(qwen):
+    r = client(qwen).chat.completions.create(
+        model="qwen", max_tokens=20, stop=["5"],
+        messages=[{"role": "user", "content": "Count from 1 to 9, separated by commas."}])
+    content = r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop" and "4" in content and "5" not in content
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+          "required": ["name", "age"]}
+ASK_PERSON = [{"role": "user", "content": "Invent a person. Reply with JSON: name and age."}]
+
+
+@pytest.mark.model
+def test_qwen_json_schema_and_json_object(qwen):
+    c = client(qwen)
+    r = c.chat.completions.create(model="qwen", messages=ASK_PERSON, max_tokens=40, response_format={
+        "type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}})
+    assert r.choices[0].finish_reason == "stop"
+    value = json.loads(r.choices[0].message.content)
+    jsonschema.validate(value, PERSON)
+    assert list(value) == ["name", "age"]  # the schema's key order
+    r = c.chat.completions.create(model="qwen", messages=ASK_PERSON, max_tokens=40, response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop" and isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+class Person(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=30)
+    age: int
+
+
+@pytest.mark.model
+def test_qwen_parse_pydantic(qwen):
+    r = client(qwen).chat.completions.parse(model="qwen", messages=ASK_PERSON, max_tokens=40, response_format=Person)
+    assert isinstance(r.choices[0].message.parsed, Person)
+
+
+WEATHER_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                         "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}},
+]
+ASK_WEATHER = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
+
+
+def assert_calls(r, names):
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    for call in choice.message.tool_calls:
+        assert call.function.name in names
+        schema = next(t["function"]["parameters"] for t in WEATHER_TOOLS if t["function"]["name"] == call.function.name)
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+    return choice.message.tool_calls
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("tool_choice, name", [
+    ("required", "get_weather"),
+    ("auto", "get_weather"),
+    ({"type": "function", "function": {"name": "add"}}, "add"),
+])
+def test_qwen_tools(qwen, tool_choice, name):
+    r = client(qwen).chat.completions.create(model="qwen", messages=ASK_WEATHER, tools=WEATHER_TOOLS,
+                                             tool_choice=tool_choice, parallel_tool_calls=False, max_tokens=40)
+    calls = assert_calls(r, {name})
+    if name == "get_weather":
+        assert "Paris" in json.loads(calls[0].function.arguments)["city"]
