@@ -60,10 +60,5 @@ class GrammarCache:
         with self._lock:
             return CacheStats(self.hits, self.misses, len(self._entries), self.capacity)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self.hits = self.misses = 0
-
 
 default_cache = GrammarCache()

@@ -104,7 +104,3 @@ class GrammarMatcher:
         """The engine's error message, or "" when not in an error state."""
         # Non-verbose limits (see compiler.default_limits) leave a "<non-verbose/>" marker in messages.
         return self._m.get_error().replace("<non-verbose/>", "").strip()
-
-    def stop_reason(self) -> str:
-        """llguidance's stop reason: "NotStopped", "NoExtension", "EndOfSentence", a limit name, ..."""
-        return self._m.stop_reason()

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import jsonschema
 import mlx.core as mx
 
-from guided.bitmask import TokenBitmask, apply_token_bitmask
+from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
 from guided.compiler import NotEnforced
 from guided.spec import JSON_KINDS, make_spec, pointer
@@ -130,7 +130,7 @@ class ConstrainedSession:
     def apply_mask(self, logits: mx.array) -> mx.array:
         """Logits [1, vocab_size] or [vocab_size] (float32/float16/bfloat16) with disallowed tokens at
         -inf, using the mask of the last `next_token_bitmask()` call."""
-        return apply_token_bitmask(logits, self.bitmask.current)
+        return self.bitmask.apply(logits)
 
     def accept_token(self, token: int) -> bool:
         """Advance the grammar by one token; False if not allowed (the session's matcher is then in an

@@ -23,6 +23,7 @@ text keeps that order).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -221,6 +222,19 @@ def lark_text(grammar: str) -> str:
         raise GrammarError(f"invalid GBNF grammar: {exc}") from None
 
 
+@functools.lru_cache(maxsize=256)
+def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient: bool) -> GrammarSpec:
+    """The `GrammarSpec` of a schema given as canonical JSON text, memoized: the metaschema check and
+    the grammar conversion take milliseconds (hundreds for large schemas), so a session made again
+    for the same schema would not get a cache hit for free without this. Errors are not memoized.
+    The schema is parsed from `text`, so no caller's dict is shared."""
+    schema = json.loads(text)
+    check_metaschema(schema)
+    compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
+    options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
+    return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
+
+
 def make_spec(*, schema=None, json_object: bool = False, regex: str | None = None, choices=None,
               grammar: str | None = None, any_whitespace: bool = False, strict: bool = True,
               lenient: bool = False) -> GrammarSpec:
@@ -243,11 +257,8 @@ def make_spec(*, schema=None, json_object: bool = False, regex: str | None = Non
     if json_object:
         schema = {"type": "object"}
     if schema is not None:
-        schema = load_schema(schema)
-        check_metaschema(schema)
-        compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
-        kind = "json_object" if json_object else "json_schema"
-        return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
+        text = json.dumps(load_schema(schema), ensure_ascii=False)  # canonical: key order kept
+        return json_spec(text, "json_object" if json_object else "json_schema", any_whitespace, strict, lenient)
     if regex is not None:
         return GrammarSpec("regex", LLMatcher.grammar_from_regex(regex), None, options)
     if choices is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from guided.bitmask import TokenBitmask, apply_token_bitmask
+from guided.bitmask import TokenBitmask
 from guided.compiler import CompiledGrammar
 from runtime.sampling import SamplingParams, TokenHistory
 from runtime.strategy import Step
@@ -104,7 +104,7 @@ class ConstrainedDecodingStrategy:
             tokens = self.history.array()
             for processor in self.processors:
                 x = processor(tokens, x)
-        x = apply_token_bitmask(x, self.bitmask.current)
+        x = self.bitmask.apply(x)
         logprobs = x - mx.logsumexp(x, axis=-1, keepdims=True)
         token = int(self.sampler(logprobs).item())
         self.stats.tokens_sampled += 1

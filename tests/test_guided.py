@@ -7,9 +7,7 @@ import json
 import threading
 from pathlib import Path
 
-import coreai.platform
-
-coreai.platform.setup_blas()
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
@@ -414,6 +412,10 @@ def test_cache_hits_misses_and_lru(info):
     stats = cache.stats()
     assert (stats.hits, stats.misses, stats.size) == (1, 3, 2)
     assert cache.get(a, info) is not first
+    # schema specs are memoized on their canonical text, so a repeated session is a hit end to end
+    schema = {"type": "object", "properties": {"b": {}, "a": {}}}
+    assert make_spec(schema=schema) is make_spec(schema=json.dumps(schema))
+    assert make_spec(schema=schema) is not make_spec(schema={"type": "object", "properties": {"a": {}, "b": {}}})
     # options are part of the key
     assert cache.get(make_spec(schema={"type": "object"}), info) is not cache.get(
         make_spec(schema={"type": "object"}, any_whitespace=True), info)

@@ -169,9 +169,10 @@ def test_session_low_level_calls(tiny_model):
 def test_qwen_extracts_shipping_address(qwen_model):
     session = ConstrainedSession(qwen_model, schema=DATA / "address.schema.json")
     result = session.generate(
-        "Extract the shipping address from this message as JSON: 'Hi, please send the order to Jane Doe, "
-        "42 Baker Street, London NW1 6XE, United Kingdom. Thanks!'", max_tokens=120)
-    assert result.valid, (result.text, result.errors)
+        "Extract the shipping address from this message as JSON: 'Hi, please ship my order to Jane Doe, "
+        "42 Baker Street, London, postal code NW1 6XE, United Kingdom. Thanks!'", max_tokens=120)
+    assert result.valid and result.finish_reason == "stop", (result.text, result.errors)
+    assert result.stats.tokens_jumped >= 10  # the five keys and their punctuation are forced
     assert result.value["name"] == "Jane Doe"
     assert "42 Baker Street" in result.value["street"] and result.value["city"] == "London"
     assert result.value["postal_code"] == "NW1 6XE" and "United Kingdom" in result.value["country"]
