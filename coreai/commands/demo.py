@@ -16,7 +16,11 @@ FLY_TO = {
     },
     "required": ["location", "altitude"],
 }
-INSTRUCTION = "Fly the drone to Shenzhen Bay Park (深圳湾公园) at 100 metres. Reply with the fly_to arguments as JSON."
+SYSTEM = (
+    "You control a drone with the fly_to tool. Reply with its arguments as JSON: location is the place name "
+    "exactly as the user wrote it, altitude is in metres."
+)
+INSTRUCTION = "Fly to Shenzhen Bay Park (深圳湾公园) at 100 metres."
 
 
 def register(sub) -> None:
@@ -35,7 +39,8 @@ def run(args) -> int:
     model = common.load_model(args)
     loaded = time.perf_counter()
     session = ConstrainedSession(model, schema=FLY_TO)
-    result = session.generate(args.prompt, max_tokens=args.max_tokens)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": args.prompt}]
+    result = session.generate(messages, max_tokens=args.max_tokens)
     print(f"schema: fly_to {json.dumps(FLY_TO['properties'], ensure_ascii=False)}")
     print(f"prompt: {args.prompt}")
     print(f"output: {result.text}")
