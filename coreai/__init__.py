@@ -9,6 +9,7 @@ from coreai.platform import setup_blas
 setup_blas()
 
 from coreai.api import load  # noqa: E402
+from guided import ConstrainedSession  # noqa: E402
 
-__all__ = ["load", "setup_blas"]
+__all__ = ["ConstrainedSession", "load", "setup_blas"]
 __version__ = "0.1.0"
