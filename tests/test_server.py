@@ -103,6 +103,26 @@ def test_stream_matches_non_stream(tiny):
     assert streamed == whole.choices[0].message.content
 
 
+def test_message_forms(tiny, tiny_model):
+    """Content-part lists, the developer role, assistant tool calls and tool results render as the
+    template expects (the same prompt tokens as in process)."""
+    messages = [
+        {"role": "developer", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "set_unit", "arguments": '{"unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]
+    r = client(tiny).chat.completions.create(model="tiny", messages=messages, tools=UNIT_TOOLS, max_tokens=1)
+    expected = tiny_model.prompt_ids([
+        {"role": "system", "content": "Be brief."}, messages[1],
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "set_unit", "arguments": {"unit": "celsius"}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ], tools=UNIT_TOOLS)
+    assert r.usage.prompt_tokens == len(expected)
+
+
 def test_seed_reproduces_sampling(tiny):
     ask = lambda seed: client(tiny).chat.completions.create(  # noqa: E731
         model="tiny", messages=USER, max_tokens=8, temperature=1.0, seed=seed,

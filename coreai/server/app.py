@@ -30,7 +30,7 @@ from coreai.server.engine import Engine, GenerationParams, Piece, TokenLogprob
 from coreai.server.errors import APIError, bad_request, install as install_error_handlers
 from coreai.server.queue import Job, QueueFull
 from coreai.server.tools import ParsedCall, ToolCallParser
-from guided.tokenizer_info import get_tokenizer_info
+from guided import get_tokenizer_info
 from runtime import GenerationResult, Model, SamplingParams
 
 log = logging.getLogger("coreai.server")
@@ -315,17 +315,15 @@ def _finish_reason(result: GenerationResult, constraint: Constraint | None, cont
     the requested schema; "tool_calls" when calls were made; else "stop".
     """
     reason = result.finish_reason
-    if reason == "error":
-        log.warning("generation error: %s", result.error)
-        return "error"
     if reason != "stop":
-        return "length" if reason == "length" else reason
+        if reason != "length":  # "error" (the engine's message), or "cancelled" with nobody listening
+            log.warning("generation ended with %s: %s", reason, result.error)
+        return "length" if reason == "length" else "error"
     if constraint is not None:
-        if constraint.tool_mode is None and not constraint.content_valid(content):
-            log.warning("output does not validate against the requested schema: %r", content[:200])
-            return "error"
-        if any(not constraint.arguments_valid(c.name, c.arguments_value) for c in calls):
-            log.warning("tool call arguments do not validate: %r", [(c.name, c.arguments) for c in calls])
+        errors = constraint.content_errors(content) if constraint.tool_mode is None else \
+            [e for c in calls for e in constraint.call_errors(c.name, c.arguments)]
+        if errors:
+            log.warning("the output breaks its constraint: %s", "; ".join(errors[:5]))
             return "error"
     return "tool_calls" if calls else "stop"
 
@@ -461,10 +459,9 @@ class CompletionReply(_Reply):
                                     finish_reason=_finish_reason(result, self.constraint, text, []))
         return s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice], usage=_usage(result))
 
-    def chunk(self, text: str, finish: str | None, logprobs=None, usage=None) -> dict:
+    def chunk(self, text: str, finish: str | None, logprobs: s.CompletionLogprobs | None = None) -> dict:
         choice = s.CompletionChoice(text=text, logprobs=logprobs, finish_reason=finish)
-        chunk = s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice], usage=usage)
-        return chunk.model_dump()
+        return s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice]).model_dump()
 
     async def stream(self, job: Job) -> AsyncIterator[dict]:
         text: list[str] = []

@@ -22,10 +22,10 @@ from coreai.server.background import serve_in_thread
 from runtime import PromptCache, SamplingParams
 
 QUESTION = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
-# About 1,000 tokens of a plausible shared system prompt: policy text repeated with numbered rules.
+# About 950 tokens of a plausible shared system prompt: policy text repeated with numbered rules.
 SYSTEM = "You are a careful assistant for an engineering team. " + " ".join(
     f"Rule {i}: answer precisely, cite the relevant file and line when you refer to code, prefer short "
-    f"examples, and say so when you are unsure about rule {i}." for i in range(1, 41))
+    f"examples, and say so when you are unsure about rule {i}." for i in range(1, 26))
 
 
 def _stream(base: str, messages, max_tokens: int) -> dict:
@@ -84,6 +84,8 @@ def main(argv=None) -> int:
         "max_tokens": args.max_tokens,
         "in_process_decode_tps": statistics.median(r.timings.decode_tps for r in local),
         "server_decode_tps": statistics.median(r["decode_tps"] for r in served),
+        "in_process_decode_tps_runs": [r.timings.decode_tps for r in local],
+        "server_decode_tps_runs": [r["decode_tps"] for r in served],
         "completion_tokens": [r.usage.completion_tokens for r in local],
         "prefix_cache": {"prompt_tokens": cold["prompt_tokens"], "ttft_cold": cold["ttft"], "ttft_warm": warm["ttft"],
                          "cached_tokens_warm": warm["cached_tokens"], "cached_tokens_cold": cold["cached_tokens"],

@@ -8,19 +8,13 @@ combining a JSON response format with active tools is refused (400) rather than 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-
-import jsonschema
 
 from coreai.errors import GrammarError, SchemaError
 from coreai.server import tools as tool_format
 from coreai.server.errors import bad_request, from_library_error
 from coreai.server.schemas import ChatCompletionRequest, JsonObjectFormat, JsonSchemaFormat, SamplingFields
-from guided.cache import GrammarCache, default_cache
-from guided.compiler import CompiledGrammar
-from guided.spec import make_spec
-from guided.tokenizer_info import TokenizerInfo
+from guided import CompiledGrammar, GrammarCache, TokenizerInfo, check_json, default_cache, make_spec
 
 
 @dataclass
@@ -37,23 +31,15 @@ class Constraint:
     functions: dict[str, object] = field(default_factory=dict)
     tool_mode: str | None = None
 
-    def content_valid(self, text: str) -> bool:
-        """True if `text` is JSON valid against `schema` (True when there is no schema)."""
-        if self.schema is None:
-            return True
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return False
-        return _valid(value, self.schema)
+    def content_errors(self, text: str) -> list[str]:
+        """Why `text` is not JSON valid against `schema` ([] if it is, or if there is no schema)."""
+        return [] if self.schema is None else check_json(text, self.schema)[1]
 
-    def arguments_valid(self, name: str, arguments) -> bool:
-        return name in self.functions and _valid(arguments, self.functions[name])
-
-
-def _valid(value, schema) -> bool:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema).is_valid(value)
+    def call_errors(self, name: str, arguments: str) -> list[str]:
+        """Why a call (`arguments`: JSON text) does not fit the function's parameters ([] if it does)."""
+        if name not in self.functions:
+            return [f"unknown function {name!r}"]
+        return check_json(arguments, self.functions[name])[1]
 
 
 class Constraints:

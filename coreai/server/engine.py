@@ -15,9 +15,7 @@ from typing import Iterator
 
 import mlx.core as mx
 
-from guided.bitmask import TokenBitmask
-from guided.compiler import CompiledGrammar
-from guided.strategy import ConstrainedDecodingStrategy
+from guided import CompiledGrammar, ConstrainedDecodingStrategy, TokenBitmask
 from runtime import GenerationResult, Model, PromptCache, SamplingParams
 from coreai.server.queue import Job, Worker
 
@@ -87,19 +85,24 @@ class Engine:
                 self._bitmask = TokenBitmask(p.compiled.tokenizer.vocab_size)  # MLX memory: made on this thread
             strategy = ConstrainedDecodingStrategy(p.compiled, p.sampling, bitmask=self._bitmask,
                                                    want_logprobs=p.logprobs)
-        for delta in self.model.stream(
-            p.prompt_ids, strategy=strategy, sampling=p.sampling, max_tokens=p.max_tokens, stop=p.stop or None,
-            cancel=cancel, prompt_cache=self.prompt_cache, logprobs=p.logprobs,
-        ):
-            logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
-            if delta.text or logprobs:
-                yield Piece(delta.text, logprobs)
-            if delta.result is not None:
-                r = delta.result
-                log.info("prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, finish %s",
-                         r.usage.prompt_tokens, r.usage.cached_tokens, r.timings.ttft, r.usage.completion_tokens,
-                         r.timings.decode_tps, r.finish_reason)
-                yield r
+        try:
+            for delta in self.model.stream(
+                p.prompt_ids, strategy=strategy, sampling=p.sampling, max_tokens=p.max_tokens, stop=p.stop or None,
+                cancel=cancel, prompt_cache=self.prompt_cache, logprobs=p.logprobs,
+            ):
+                logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
+                if delta.text or logprobs:
+                    yield Piece(delta.text, logprobs)
+                if delta.result is not None:
+                    r = delta.result
+                    log.info("prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, finish %s",
+                             r.usage.prompt_tokens, r.usage.cached_tokens, r.timings.ttft, r.usage.completion_tokens,
+                             r.timings.decode_tps, r.finish_reason)
+                    yield r
+        except Exception:
+            # A failure mid-step may leave the KV cache and its token list out of step: start afresh.
+            self.prompt_cache = PromptCache(self.model.network)
+            raise
 
 
 def _token_logprobs(token_ids: list[int], logprobs: mx.array | None, k: int) -> list[TokenLogprob]:

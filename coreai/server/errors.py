@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coreai.errors import GrammarError, ModelNotFound, SchemaError, UnsupportedSchemaFeature
+from coreai.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 
 log = logging.getLogger("coreai.server")
 
@@ -37,7 +37,7 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
-def from_library_error(exc: Exception, param: str | None) -> APIError:
+def from_library_error(exc: GrammarError, param: str | None) -> APIError:
     """A guided-generation error on a user-supplied schema or grammar -> 400 with reason and pointer.
 
     `param` is the request field that held the schema (e.g. "response_format.json_schema.schema").
@@ -46,11 +46,7 @@ def from_library_error(exc: Exception, param: str | None) -> APIError:
         return bad_request(str(exc), param, "unsupported_schema_feature")
     if isinstance(exc, SchemaError):
         return bad_request(str(exc), param, "invalid_schema")
-    if isinstance(exc, GrammarError):
-        return bad_request(str(exc), param, "invalid_grammar")
-    if isinstance(exc, ModelNotFound):
-        return APIError(404, str(exc), param="model", code="model_not_found")
-    raise exc
+    return bad_request(str(exc), param, "invalid_grammar")
 
 
 def field_path(loc, body) -> str:

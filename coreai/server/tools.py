@@ -113,7 +113,6 @@ class ParsedCall:
     id: str
     name: str
     arguments: str  # JSON text
-    arguments_value: object  # the parsed arguments, for validation
 
 
 def new_call_id() -> str:
@@ -133,7 +132,7 @@ def _parse_call(body: str) -> ParsedCall | None:
             args = json.loads(args)
         except ValueError:
             return None
-    return ParsedCall(new_call_id(), data["name"], json.dumps(args, ensure_ascii=False), args)
+    return ParsedCall(new_call_id(), data["name"], json.dumps(args, ensure_ascii=False))
 
 
 class ToolCallParser:
