@@ -21,3 +21,16 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# Conformance (JSON Schema Test Suite, MaskBench, JSONSchemaBench) and benchmarks; see README.
+.PHONY: conformance bench
+
+conformance: $(STAMP)
+	$(PY) -m conformance.run
+
+$(VENV)/.bench-installed: $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $(VENV)/.bench-installed
+
+bench: $(VENV)/.bench-installed
+	$(PY) -m benchmarks.guided

@@ -1,0 +1,1 @@
+"""Benchmarks of guided generation (`python -m benchmarks.guided`)."""

@@ -1,0 +1,493 @@
+"""`make bench`: guided-generation cost side by side with the raw engine and with peers, in one run.
+
+- Per-token mask bench on MaskBench valid instances (a deterministic sample: the first N files of each
+  subset), with the Qwen (151,936) and Gemma 3 (262,144) vocabularies: mean / p50 / p99 / max of our
+  fill (`TokenBitmask.fill`, into MLX memory), apply (`apply_token_bitmask`, evaluated, float32) and
+  accept (`GrammarMatcher.accept_token`), against raw llguidance calls (`unsafe_compute_mask_ptr` into
+  NumPy, `consume_token`) on the same tokens, interleaved token by token (the order rotates).
+- Compile time p50 / p99: ours cold (`make_spec` + `compile_grammar`), ours from the `GrammarCache`,
+  raw llguidance (`grammar_from_json_schema` + `LLMatcher` + first mask).
+- Peers on the same schemas and token sequences (the `bench` extra): xgrammar (compact separators,
+  strict mode, no compile cache, one thread) and outlines-core (regex from the schema, `Index`,
+  `Guide.write_mask_into`), each in a child process with a per-schema watchdog, so a compile that
+  takes minutes is recorded as a timeout instead of stalling the run. Failures are findings.
+- End to end on the real Qwen2.5-Coder-0.5B (float32, CPU backend here): unconstrained vs constrained
+  decode tok/s, jump-forward on vs off (forward passes, tok/s), same prompts, greedy.
+
+    python -m benchmarks.guided            # the full run (make bench)
+    python -m benchmarks.guided --quick    # seconds: what tests/test_bench_smoke.py runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+import mlx.core as mx
+import numpy as np
+
+from conformance.common import MASKBENCH, REPO, machine, md_table, serialize
+from conformance.suite import maskbench_subset
+
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def stats_us(samples) -> dict:
+    if not len(samples):
+        return {"n": 0}
+    a = np.asarray(samples, dtype=np.float64) * 1e6
+    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
+            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def stats_ms(samples) -> dict:
+    if not len(samples):
+        return {"n": 0}
+    a = np.asarray(samples, dtype=np.float64) * 1e3
+    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
+            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def load_vocab(name: str):
+    """(hf tokenizer, TokenizerInfo, eos ids) of the real Qwen or Gemma tokenizer."""
+    from coreai import store
+    from guided import get_tokenizer_info
+    from runtime import Tokenizer
+
+    folder = store.ensure({"qwen": "qwen2.5-coder-0.5b-instruct", "gemma": "gemma-3-270m"}[name])
+    config = json.loads((folder / "config.json").read_text())
+    tok = Tokenizer(folder, config)
+    return tok.hf, get_tokenizer_info(tok.hf, config["vocab_size"], tok.eos_ids), sorted(tok.eos_ids)
+
+
+def pick_files(per_subset: int) -> list[Path]:
+    seen: dict[str, int] = {}
+    out = []
+    for p in sorted(MASKBENCH.rglob("*.json")):
+        sub = maskbench_subset(p.name)
+        if seen.get(sub, 0) < per_subset:
+            seen[sub] = seen.get(sub, 0) + 1
+            out.append(p)
+    return out
+
+
+# -- ours vs raw llguidance ---------------------------------------------------------------------------
+
+def bench_ours(files, hf, info, instances_per_schema: int = 2) -> tuple[dict, list]:
+    """Compile and per-token timings for ours and raw llguidance. Returns (results, jobs) where jobs are
+    (file name, schema, [token lists]) of the schemas we compiled, for the peers."""
+    from llguidance import LLMatcher
+
+    import guided.spec as spec_module
+    from guided import GrammarCache, TokenBitmask, apply_token_bitmask, compile_grammar, make_spec
+    from guided.compiler import default_limits
+    from guided.errors import GrammarError
+
+    cache = GrammarCache(capacity=4096)
+    bitmask = TokenBitmask(info.vocab_size)
+    raw_buf = np.zeros((1, bitmask.words), np.int32)
+    raw_addr, nbytes = raw_buf.ctypes.data, bitmask.words * 4
+    logits = mx.random.normal((1, info.vocab_size))
+    mx.eval(logits, apply_token_bitmask(logits, bitmask.current))
+    t = {k: [] for k in ("fill", "apply", "accept", "fill_accept", "raw_fill", "raw_accept", "raw_fill_accept")}
+    comp = {"ours_cold": [], "make_spec": [], "compile_grammar": [], "ours_cached": [], "cache_hit": [], "raw": []}
+    counts = {"schemas": 0, "compiled": 0, "refused": 0, "instances": 0, "valid_refused": 0, "tokens": 0}
+    jobs = []
+    for path in files:
+        case = json.loads(path.read_text())
+        tests = [x for x in case.get("tests", []) if x.get("valid")][:instances_per_schema]
+        if not tests:
+            continue
+        counts["schemas"] += 1
+        # Cold means cold: make_spec memoizes schema -> spec (guided.spec.json_spec, an lru_cache).
+        getattr(getattr(spec_module, "json_spec", None), "cache_clear", lambda: None)()
+        t0 = time.perf_counter()
+        try:
+            spec = make_spec(schema=case["schema"])
+            t1 = time.perf_counter()
+            compiled = compile_grammar(spec, info)
+        except (GrammarError, ValueError):
+            counts["refused"] += 1
+            continue
+        t2 = time.perf_counter()
+        comp["ours_cold"].append(t2 - t0)
+        comp["make_spec"].append(t1 - t0)
+        comp["compile_grammar"].append(t2 - t1)
+        cache.get(spec, info)  # fill the cache, then time a hit: the lookup alone, and a request (spec + lookup)
+        t0 = time.perf_counter()
+        cache.get(spec, info)
+        t1 = time.perf_counter()
+        cache.get(make_spec(schema=case["schema"]), info)
+        t2 = time.perf_counter()
+        comp["cache_hit"].append(t1 - t0)
+        comp["ours_cached"].append(t2 - t1)
+        t0 = time.perf_counter()
+        raw_template = LLMatcher(info.ll_tokenizer, LLMatcher.grammar_from_json_schema(
+            case["schema"], overrides={"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}),
+            log_level=0, limits=default_limits())
+        raw_template.unsafe_compute_mask_ptr(raw_addr, nbytes)
+        comp["raw"].append(time.perf_counter() - t0)
+        counts["compiled"] += 1
+        token_lists = []
+        for test in tests:
+            tokens = hf.encode(serialize(test["data"]), add_special_tokens=False)
+            probe = compiled.matcher()
+            if not (probe.accept_tokens(tokens) and probe.is_accepting()):
+                counts["valid_refused"] += 1  # strict mode, key order or number form: see conformance
+                continue
+            token_lists.append(tokens)
+            counts["instances"] += 1
+            counts["tokens"] += len(tokens)
+            ours, raw = compiled.matcher(), compiled.template.deep_copy()
+            for i, tok in enumerate(tokens):
+                for which in ((0, 1) if i % 2 else (1, 0)):
+                    if which == 0:
+                        a = time.perf_counter()
+                        bitmask.fill(ours)
+                        b = time.perf_counter()
+                        mx.eval(apply_token_bitmask(logits, bitmask.current))
+                        c = time.perf_counter()
+                        ours.accept_token(tok)
+                        d = time.perf_counter()
+                        t["fill"].append(b - a)
+                        t["apply"].append(c - b)
+                        t["accept"].append(d - c)
+                        t["fill_accept"].append(b - a + d - c)
+                    else:
+                        a = time.perf_counter()
+                        raw.unsafe_compute_mask_ptr(raw_addr, nbytes)
+                        b = time.perf_counter()
+                        raw.consume_token(tok)
+                        c = time.perf_counter()
+                        t["raw_fill"].append(b - a)
+                        t["raw_accept"].append(c - b)
+                        t["raw_fill_accept"].append(c - a)
+        if token_lists:
+            jobs.append((path.name, case["schema"], token_lists))
+    return {"counts": counts, "per_token_us": {k: stats_us(v) for k, v in t.items()},
+            "compile_ms": {k: stats_ms(v) for k, v in comp.items()}}, jobs
+
+
+# -- peers, in a child process each ------------------------------------------------------------------
+
+def _byte_decoder():
+    """GPT-2 byte-level BPE: the printable character standing for each byte -> the byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def outlines_vocabulary(hf, eos_id: int, vocab_name: str):
+    """outlines_core.Vocabulary from a fast tokenizer without the hub: byte-level (Qwen) or
+    SentencePiece with byte fallback (Gemma) token spellings turned into bytes."""
+    from outlines_core import Vocabulary
+
+    special = set(hf.all_special_ids) | {i for i, t in hf.added_tokens_decoder.items() if t.special}
+    dec = _byte_decoder()
+    mapping: dict[bytes, list[int]] = {}
+    for token, i in hf.get_vocab().items():
+        if i in special or i == eos_id or token.startswith("[PAD"):
+            continue
+        if vocab_name == "qwen":
+            try:
+                b = bytes(dec[c] for c in token)
+            except KeyError:
+                b = token.encode()
+        elif len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            b = bytes([int(token[3:5], 16)])
+        else:
+            b = token.replace("▁", " ").encode()
+        if b:
+            mapping.setdefault(b, []).append(i)
+    return Vocabulary(eos_id, mapping)
+
+
+def _peer_worker(peer: str, vocab_name: str, hf, vocab_size: int, eos_ids, jobs, start: int, out):
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        if peer == "xgrammar":
+            import torch
+            import xgrammar as xgr
+
+            torch.set_num_threads(1)
+            tinfo = xgr.TokenizerInfo.from_huggingface(hf, vocab_size=vocab_size, stop_token_ids=list(eos_ids))
+            compiler = xgr.GrammarCompiler(tinfo, max_threads=1, cache_enabled=False)
+            bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        else:
+            from outlines_core import Guide, Index
+            from outlines_core.json_schema import build_regex_from_schema
+
+            vocab = outlines_vocabulary(hf, eos_ids[0], vocab_name)
+            mask = np.zeros((1, (vocab_size + 31) // 32), np.int32)
+        out.put(("ready", None))
+    except Exception as exc:  # the peer cannot run at all: a finding
+        out.put(("fatal", f"{type(exc).__name__}: {exc}"))
+        return
+    for idx in range(start, len(jobs)):
+        name, schema, token_lists = jobs[idx]
+        out.put(("start", idx))
+        res = {"file": name, "fill": [], "accept": [], "refused_valid": 0, "instances": 0}
+        try:
+            t0 = time.perf_counter()
+            if peer == "xgrammar":
+                cg = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=(",", ":"),
+                                                  strict_mode=True)
+            else:
+                index = Index(build_regex_from_schema(json.dumps(schema)), vocab)
+            res["compile"] = time.perf_counter() - t0
+            for tokens in token_lists:
+                m = xgr.GrammarMatcher(cg) if peer == "xgrammar" else Guide(index)
+                ok = True
+                for tok in tokens:
+                    a = time.perf_counter()
+                    if peer == "xgrammar":
+                        m.fill_next_token_bitmask(bitmask)
+                    else:
+                        m.write_mask_into(mask.ctypes.data, mask.size, 4)
+                    b = time.perf_counter()
+                    if peer == "xgrammar":
+                        ok = m.accept_token(tok)
+                    else:
+                        try:
+                            m.advance(tok)
+                        except Exception:
+                            ok = False
+                    c = time.perf_counter()
+                    res["fill"].append(b - a)
+                    res["accept"].append(c - b)
+                    if not ok:
+                        break
+                end_ok = ok and (m.accept_token(eos_ids[0]) if peer == "xgrammar" else m.is_finished())
+                res["instances"] += 1
+                res["refused_valid"] += not end_ok
+        except Exception as exc:
+            res["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        out.put(("done", (idx, res)))
+    out.put(("end", None))
+
+
+def bench_peer(peer: str, vocab_name: str, hf, info, eos_ids, jobs, schema_timeout: float, budget: float) -> dict:
+    """Run `peer` on `jobs` in a forked child with a watchdog. Returns counts, timings and findings."""
+    ctx = mp.get_context("fork")
+    results, timeouts, errors = [], [], []
+    start, t_begin, fatal = 0, time.perf_counter(), None
+    while start < len(jobs) and fatal is None:
+        out = ctx.Queue()
+        proc = ctx.Process(target=_peer_worker, args=(peer, vocab_name, hf, info.vocab_size, eos_ids, jobs, start, out),
+                           daemon=True)
+        proc.start()
+        current = None
+        try:
+            while True:
+                left = budget - (time.perf_counter() - t_begin)
+                if left <= 0:
+                    raise TimeoutError("budget")
+                try:
+                    kind, payload = out.get(timeout=min(schema_timeout if current is not None else 300, left))
+                except queue_mod.Empty:
+                    raise TimeoutError("schema")
+                if kind == "fatal":
+                    fatal = payload
+                    break
+                if kind == "start":
+                    current = payload
+                elif kind == "done":
+                    idx, res = payload
+                    (errors.append(res) if "error" in res else results.append(res))
+                    current, start = None, idx + 1
+                elif kind == "end":
+                    start = len(jobs)
+                    break
+        except TimeoutError as exc:
+            if str(exc) == "budget":
+                skipped = len(jobs) - (start if current is None else current)
+                proc.kill()
+                proc.join()
+                return _peer_summary(results, timeouts, errors, fatal, skipped_for_budget=skipped)
+            timeouts.append(jobs[current][0] if current is not None else "(start-up)")
+            start = (current + 1) if current is not None else len(jobs)
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+    return _peer_summary(results, timeouts, errors, fatal)
+
+
+def _peer_summary(results, timeouts, errors, fatal, skipped_for_budget: int = 0) -> dict:
+    fill = [x for r in results for x in r["fill"]]
+    accept = [x for r in results for x in r["accept"]]
+    return {"compiled": len(results), "errors": len(errors), "timeouts": len(timeouts), "fatal": fatal,
+            "skipped_for_budget": skipped_for_budget,
+            "instances": sum(r["instances"] for r in results),
+            "valid_refused": sum(r["refused_valid"] for r in results),
+            "compile_ms": stats_ms([r["compile"] for r in results]),
+            "per_token_us": {"fill": stats_us(fill), "accept": stats_us(accept),
+                             "fill_accept": stats_us([a + b for a, b in zip(fill, accept)])},
+            "error_examples": [f"{e['file']}: {e['error']}" for e in errors[:5]], "timeout_files": timeouts[:10]}
+
+
+# -- end to end -----------------------------------------------------------------------------------------
+
+E2E_CASES = [
+    ("Give the name, age and city of a fictional person as JSON.",
+     {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                       "city": {"type": "string"}}, "required": ["name", "age", "city"]}),
+    ("Describe a book (title, author, year, tags) as JSON.",
+     {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40},
+                                       "author": {"type": "string", "maxLength": 30},
+                                       "year": {"type": "integer", "minimum": 1400, "maximum": 2030},
+                                       "tags": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                                                "maxItems": 3}},
+      "required": ["title", "author", "year", "tags"]}),
+]
+
+
+def bench_e2e(max_tokens: int) -> dict:
+    from coreai import store
+    from guided import ConstrainedSession
+    from runtime import load_model
+
+    model = load_model(store.ensure("qwen2.5-coder-0.5b-instruct"), dtype="float32", name="qwen2.5-coder-0.5b-instruct")
+    rows = []
+    for prompt, schema in E2E_CASES:
+        messages = [{"role": "user", "content": prompt}]
+        model.generate(messages, max_tokens=4)  # warm up
+        un = model.generate(messages, max_tokens=max_tokens)
+        row = {"prompt": prompt, "unconstrained": {"tokens": un.usage.completion_tokens, "decode_tps": un.timings.decode_tps,
+                                                   "forward_passes": un.forward_passes or un.usage.completion_tokens}}
+        for jf in (True, False):
+            session = ConstrainedSession(model, schema=schema, jump_forward=jf)
+            r = session.generate(messages, max_tokens=max_tokens)
+            row["jump_forward" if jf else "no_jump_forward"] = {
+                "tokens": r.usage.completion_tokens, "decode_tps": r.timings.decode_tps, "valid": r.valid,
+                "forward_passes": r.stats.forward_passes, "jumped": r.stats.tokens_jumped, "ttft": r.timings.ttft,
+                "mask_ms_per_pass": 1e3 * r.stats.mask_seconds / max(1, r.stats.masks), "text": r.text[:200]}
+        rows.append(row)
+    return {"cases": rows, "max_tokens": max_tokens}
+
+
+# -- report ---------------------------------------------------------------------------------------------
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    out = [f"Guided benchmark {m['date']}, {m['processor']} ({m['cpus']} cores, {m['system']} {m['machine']}), "
+           f"Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + "."]
+    f = lambda s, k: f"{s[k]:.1f}" if s.get("n") else "-"  # noqa: E731
+    for vocab, v in report["vocabs"].items():
+        c = v["ours"]["counts"]
+        out.append(f"### Per-token cost, {vocab} vocabulary ({v['vocab_size']:,} logits): {c['compiled']}/{c['schemas']} "
+                   f"MaskBench schemas compiled, {c['instances']} valid instances, {c['tokens']} tokens (us per token)")
+        rows = []
+        labels = {"fill": "ours: fill (TokenBitmask, MLX memory)", "apply": "ours: apply (evaluated, float32)",
+                  "accept": "ours: accept", "fill_accept": "ours: fill + accept",
+                  "raw_fill": "raw llguidance: fill (NumPy)", "raw_accept": "raw llguidance: consume_token",
+                  "raw_fill_accept": "raw llguidance: fill + consume"}
+        for k, label in labels.items():
+            s = v["ours"]["per_token_us"][k]
+            rows.append([label, f(s, "mean"), f(s, "p50"), f(s, "p99"), f(s, "max"), "", ""])
+        for peer, p in v.get("peers", {}).items():
+            s = p["per_token_us"]["fill_accept"]
+            note = p["fatal"] or (f"{p['compiled']} compiled, {p['errors']} errors, {p['timeouts']} timeouts"
+                                  + (f", {p['skipped_for_budget']} not run (time budget)" if p["skipped_for_budget"] else ""))
+            rows.append([f"{peer}: fill + accept", f(s, "mean"), f(s, "p50"), f(s, "p99"), f(s, "max"),
+                         p.get("valid_refused", "-"), note])
+        rows[0][5] = c["valid_refused"]
+        out.append(md_table(["variant", "mean", "p50", "p99", "max", "valid instances refused", "notes"], rows))
+        crow = []
+        for k, label in (("ours_cold", "ours cold (make_spec + compile_grammar)"), ("make_spec", "  of which make_spec"),
+                         ("compile_grammar", "  of which compile_grammar"),
+                         ("ours_cached", "ours cached request (memoized make_spec + GrammarCache hit)"),
+                         ("cache_hit", "GrammarCache hit alone (same spec)"),
+                         ("raw", "raw llguidance (grammar + LLMatcher + first mask)")):
+            s = v["ours"]["compile_ms"][k]
+            crow.append([label, s.get("n", 0), f"{s['p50']:.3f}" if s.get("n") else "-", f"{s['p99']:.3f}" if s.get("n") else "-",
+                         f"{s['max']:.3f}" if s.get("n") else "-"])
+        for peer, p in v.get("peers", {}).items():
+            s = p["compile_ms"]
+            crow.append([f"{peer} cold", s.get("n", 0), f"{s['p50']:.3f}" if s.get("n") else "-",
+                         f"{s['p99']:.3f}" if s.get("n") else "-", f"{s['max']:.3f}" if s.get("n") else "-"])
+        out.append(f"Compile time, {vocab} (ms; peers only on schemas we compiled; timeouts excluded):")
+        out.append(md_table(["compile", "schemas", "p50", "p99", "max"], crow))
+    if "e2e" in report:
+        rows = []
+        for r in report["e2e"]["cases"]:
+            u, j, n = r["unconstrained"], r["jump_forward"], r["no_jump_forward"]
+            rows.append([r["prompt"][:40], f"{u['decode_tps']:.2f}", f"{n['decode_tps']:.2f}", f"{j['decode_tps']:.2f}",
+                         f"{n['decode_tps'] / max(1e-9, u['decode_tps']):.2f}", f"{j['decode_tps'] / max(1e-9, u['decode_tps']):.2f}",
+                         f"{n['tokens']} / {n['forward_passes']}", f"{j['tokens']} / {j['forward_passes']}",
+                         f"{j['mask_ms_per_pass']:.3f}", j["valid"] and n["valid"]])
+        out.append(f"### End to end, Qwen2.5-Coder-0.5B float32, greedy, max {report['e2e']['max_tokens']} tokens")
+        out.append(md_table(["prompt", "unconstrained tok/s", "constrained tok/s (no jump-forward)",
+                             "constrained tok/s (jump-forward)", "ratio (no JF)", "ratio (JF)",
+                             "tokens / passes (no JF)", "tokens / passes (JF)", "mask ms per pass", "valid"], rows))
+    out.append(f"Run time {report['seconds']:.0f} s.")
+    return "\n\n".join(out)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 schemas, Qwen only, no peers, no end-to-end")
+    ap.add_argument("--per-subset", type=int, default=8, help="MaskBench files per subset (default 8)")
+    ap.add_argument("--vocabs", default="qwen,gemma")
+    ap.add_argument("--peers", default="xgrammar,outlines-core")
+    ap.add_argument("--schema-timeout", type=float, default=30.0, help="peer compile watchdog per schema (s)")
+    ap.add_argument("--peer-budget", type=float, default=90.0, help="time budget per peer and vocabulary (s)")
+    ap.add_argument("--e2e-tokens", type=int, default=48, help="max tokens per end-to-end generation (0 = skip)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.per_subset, args.vocabs, args.peers, args.e2e_tokens = 1, "qwen", "", 0
+    t_start = time.perf_counter()
+    files = pick_files(args.per_subset)
+    if args.quick:
+        files = files[:2]
+    report = {"machine": machine(), "settings": {k: str(v) for k, v in vars(args).items()}, "vocabs": {}}
+    for vocab in [v for v in args.vocabs.split(",") if v]:
+        hf, info, eos = load_vocab(vocab)
+        log(f"{vocab}: tokenizer ready ({info.vocab_size} logits); {len(files)} MaskBench files")
+        ours, jobs = bench_ours(files, hf, info)
+        entry = {"vocab_size": info.vocab_size, "ours": ours, "peers": {}}
+        log(f"{vocab}: ours done {ours['counts']}")
+        for peer in [p for p in args.peers.split(",") if p]:
+            try:
+                entry["peers"][peer] = bench_peer(peer, vocab, hf, info, eos, jobs, args.schema_timeout, args.peer_budget)
+            except Exception as exc:
+                entry["peers"][peer] = {"fatal": f"{type(exc).__name__}: {exc}", "per_token_us": {"fill_accept": {"n": 0}},
+                                        "compile_ms": {"n": 0}, "compiled": 0, "errors": 0, "timeouts": 0,
+                                        "skipped_for_budget": 0, "trace": traceback.format_exc()[-2000:]}
+            log(f"{vocab}: {peer} done: compiled {entry['peers'][peer].get('compiled')}, fatal {entry['peers'][peer].get('fatal')}")
+        report["vocabs"][vocab] = entry
+    if args.e2e_tokens:
+        report["e2e"] = bench_e2e(args.e2e_tokens)
+        log("end to end done")
+    report["seconds"] = time.perf_counter() - t_start
+    text = markdown(report)
+    print(text)
+    out = args.out or RESULTS / ("guided-quick.json" if args.quick else "guided.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str))
+    out.with_suffix(".md").write_text(text + "\n")
+    log(f"wrote {out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
