@@ -8,10 +8,12 @@ compiled grammars are.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import idna
 import jsonschema
 import mlx.core as mx
 
@@ -155,6 +157,32 @@ class ConstrainedSession:
         return self.matcher.is_terminated()
 
 
+def _hostname_labels_ok(instance) -> bool:
+    """RFC 5890/5891 label rules that jsonschema's `hostname` check (the fqdn package) leaves out:
+    "--" in positions 3-4 only in an A-label ("xn--"), and an A-label must decode (the idna package)."""
+    if not isinstance(instance, str):
+        return True
+    for label in instance.split("."):
+        if label[2:4] == "--":
+            if not label.lower().startswith("xn--"):
+                return False
+            try:
+                idna.decode(label)
+            except idna.IDNAError:
+                return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _format_checker(cls) -> jsonschema.FormatChecker:
+    """The draft's format checker with a stricter `hostname` (see `_hostname_labels_ok`)."""
+    checker = jsonschema.FormatChecker(cls.FORMAT_CHECKER.checkers)
+    if "hostname" in checker.checkers:
+        base, raises = checker.checkers["hostname"]
+        checker.checks("hostname", raises)(lambda value: base(value) and _hostname_labels_ok(value))
+    return checker
+
+
 def check_json(text: str, schema) -> tuple[Any, list[str]]:
     """(parsed value or None, errors): `text` parsed as JSON and validated against `schema` with
     `jsonschema` (format assertions on). Errors are "<JSON pointer>: <message>"."""
@@ -163,6 +191,6 @@ def check_json(text: str, schema) -> tuple[Any, list[str]]:
     except json.JSONDecodeError as exc:
         return None, [f"not JSON: {exc}"]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    validator = cls(schema, format_checker=_format_checker(cls))
     errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator.iter_errors(value)]
     return value, errors

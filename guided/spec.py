@@ -167,16 +167,41 @@ def _intersected(root) -> set[int]:
     return seen
 
 
+def _under_exclusion(root) -> set[int]:
+    """ids of the subschemas inside `oneOf` members, `not` and `if` (also through local `$ref`s).
+    There a narrower subschema can make an instance valid that the schema as given rejects: closing
+    one oneOf branch can make overlapping branches look exclusive; closing inside `not` widens it."""
+    stack = []
+    for _, sub in subschemas(root):
+        if isinstance(sub, dict):
+            stack += sub["oneOf"] if isinstance(sub.get("oneOf"), list) else []
+            stack += [sub.get("not"), sub.get("if")]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        for _, sub in subschemas(node):
+            if isinstance(sub, dict) and id(sub) not in seen:
+                seen.add(id(sub))
+                stack.append(resolve_local_ref(root, sub.get("$ref")))
+    return seen
+
+
 def close_objects(schema):
     """Strict mode: a copy of `schema` where object schemas with `properties` and no say on other keys
     get `additionalProperties: false`. Left open (closing would forbid keys that another part of the
     schema allows, or make a required key impossible): parts of an intersection (`_intersected`),
+    subschemas under oneOf/not/if (`_under_exclusion`),
     schemas with allOf/anyOf/oneOf or a `$ref` beside their `properties`, and objects whose
     `required` names a key they do not declare."""
     schema = json.loads(json.dumps(schema))  # deep copy that keeps key order
     intersected = _intersected(schema)
+    exclusive = _under_exclusion(schema)
     for _, sub in subschemas(schema):
         if not isinstance(sub, dict) or not isinstance(sub.get("properties"), dict) or id(sub) in intersected:
+            continue
+        if id(sub) in exclusive:
             continue
         if any(k in sub for k in ("allOf", "anyOf", "oneOf", "$ref", "additionalProperties", "patternProperties",
                                   "unevaluatedProperties")):
@@ -230,7 +255,11 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     The schema is parsed from `text`, so no caller's dict is shared."""
     schema = json.loads(text)
     check_metaschema(schema)
+    if schema is False:
+        raise SchemaError("the schema `false` accepts no value")
     compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
+    if compiled is True:  # llguidance applies options only to object schemas; {} means the same as true
+        compiled = {}
     options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
     return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
 

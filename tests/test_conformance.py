@@ -136,18 +136,12 @@ def test_random_logits_outputs_validate(qwen, schema, seed, strict):
 
 # -- regressions found by the full harness (see README "Conformance") --------------------------------
 
-@pytest.mark.xfail(strict=True, reason="guided.spec.json_grammar passes whitespace overrides to llguidance, which "
-                   "refuses a boolean schema: 'Expecting object schema to apply options' (Test Suite "
-                   "boolean_schema: 9 cases per draft become compile errors; llguidance passes them)")
 def test_boolean_schema_true_compiles(qwen):
     hf, info = qwen
     m = _compile(True, info).matcher()
     assert m.accept_tokens(hf.encode('{"a":[1]}', add_special_tokens=False)) and m.is_accepting()
 
 
-@pytest.mark.xfail(strict=True, reason="llguidance's time/date-time formats accept a leap second at any hour and "
-                   "minute (RFC 3339 allows :60 only at 23:59 UTC), and check_json does not catch it: jsonschema "
-                   "checks 'time' only with the optional rfc3339-validator package, which is not installed")
 @pytest.mark.parametrize("schema,text", [
     ({"type": "string", "format": "time"}, '"22:59:60Z"'),
     ({"type": "string", "format": "date-time"}, '"1998-12-31T23:58:60Z"'),
@@ -161,9 +155,6 @@ def test_invalid_leap_second_is_not_valid_output(qwen, schema, text):
     assert not accepted or check_json(text, schema)[1], "an invalid instance is accepted and passes the final check"
 
 
-@pytest.mark.xfail(strict=True, reason="llguidance's hostname format accepts labels RFC 5890/5891 forbid "
-                   "('--' in positions 3-4, invalid punycode, over 255 characters), and check_json does not "
-                   "catch them: jsonschema checks 'hostname' only with the optional fqdn package, not installed")
 @pytest.mark.parametrize("text", ['"XN--aa---o47jg78q"', '"xn--X"', '"' + ".".join(["a" * 63] * 4) + '.com"'])
 def test_invalid_hostname_is_not_valid_output(qwen, text):
     from guided import check_json
@@ -175,11 +166,6 @@ def test_invalid_hostname_is_not_valid_output(qwen, text):
     assert not accepted or check_json(text, schema)[1], "an invalid instance is accepted and passes the final check"
 
 
-@pytest.mark.xfail(strict=True, reason="strict mode closes the second oneOf branch (additionalProperties: false) but not "
-                   "the first (its required names an undeclared key), which makes the branches disjoint: llguidance "
-                   "then compiles the oneOf (with strict=False it refuses it) and accepts an object matching both "
-                   "original branches, invalid against the schema as given (MaskBench Github_trivial---o19070; "
-                   "the final jsonschema check catches it)")
 def test_strict_mode_keeps_oneof_exclusive(qwen):
     hf, info = qwen
     schema = {"type": "object", "oneOf": [
