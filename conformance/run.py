@@ -48,7 +48,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a fixed small sample of every part")
     ap.add_argument("--suite-sample", type=int, default=None, help="first N groups of each Test Suite file")
     ap.add_argument("--maskbench-sample", type=int, default=None, help="first N files of each MaskBench subset")
-    ap.add_argument("--compile-sample", type=int, default=300,
+    ap.add_argument("--compile-sample", type=int, default=200,
                     help="compile the first N schemas (by file name) of each JSONSchemaBench subset (default 300; 0 = all)")
     ap.add_argument("--jobs", type=int, default=2, help="processes for the compile-only work (default 2)")
     ap.add_argument("--gen-sample", type=int, default=6,
