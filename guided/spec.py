@@ -291,6 +291,8 @@ def make_spec(*, schema=None, json_object: bool = False, regex: str | None = Non
     if regex is not None:
         return GrammarSpec("regex", LLMatcher.grammar_from_regex(regex), None, options)
     if choices is not None:
+        if isinstance(choices, (str, bytes)):
+            raise GrammarError("choices must be a list of strings, not a single string")
         choices = list(choices)
         if not choices or not all(isinstance(c, str) for c in choices):
             raise GrammarError("choices must be a non-empty list of strings")

@@ -77,13 +77,18 @@ class Model:
         tools: list[dict] | None = None,
         prompt_cache: PromptCache | None = None,
         logprobs: bool = False,
+        **sampling_fields,
     ) -> Iterator[Delta]:
         """Stream a generation as `Delta`s (see `runtime.generate.stream_tokens`).
 
-        `strategy` defaults to `SamplingStrategy(sampling)`; `sampling.seed` seeds MLX's random
-        state. Raises ValueError for bad parameters before any work starts.
+        Sampling is `sampling`, or built from keyword fields of `SamplingParams` (`temperature=`,
+        `top_p=`, `top_k=`, `min_p=`, `repetition_penalty=`, `seed=`, ...). `strategy` defaults to
+        `SamplingStrategy(sampling)`; `seed` seeds MLX's random state. Raises ValueError for bad
+        parameters before any work starts, TypeError for an unknown keyword.
         """
-        sampling = (sampling or SamplingParams()).validate()
+        if sampling is not None and sampling_fields:
+            raise ValueError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
+        sampling = (sampling or SamplingParams(**sampling_fields)).validate()
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         ids = self.prompt_ids(prompt, chat_template=chat_template, tools=tools)

@@ -42,6 +42,9 @@ def test_generate_choice_and_stream(tiny_model_dir, capsys):
         (["generate", "{tiny}", "--prompt", "x", "--schema", '{"type": "object", "minProperties": "two"}'], "minProperties"),
         (["generate", "{tiny}", "--prompt", "x", "--regex", "("], "regex"),
         (["models", "path", "nope"], "known models"),
+        (["generate", "{tiny}", "--prompt", "x", "--seed", "-1"], "seed"),
+        (["generate", "{tiny}", "--prompt", "x", "--max-tokens", "0"], "max-tokens"),
+        (["generate", "{tiny}", "--prompt", "x", "--schema", "false"], "false"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, capsys, argv, message):
@@ -56,3 +59,17 @@ def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "coreai.cli", "models", "list"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "qwen2.5-coder-0.5b-instruct" in out.stdout
+
+
+def test_truncated_constrained_output_exits_non_zero(tiny_model_dir, capsys):
+    schema = '{"type": "object", "properties": {"text": {"type": "string", "minLength": 50}}, "required": ["text"]}'
+    assert main(["generate", str(tiny_model_dir), "--prompt", "x", "--schema", schema, "--max-tokens", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "finish=length" in err and "invalid output" in err and "incomplete" in err
+
+
+def test_schema_true_inline(tiny_model_dir, capsys):
+    code = main(["generate", str(tiny_model_dir), "--prompt", "x", "--schema", "true", "--max-tokens", "30",
+                 "--temperature", "0.8", "--seed", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out) is not None or "invalid output" in err

@@ -510,3 +510,18 @@ def test_pathological_regex_is_bounded(info):
     # ... and when a bound is hit it is an error, not a hang.
     with pytest.raises(GrammarError, match="too many states"):
         compile_grammar(make_spec(regex="(a|b)*a(a|b){20}"), info, limits=LLParserLimits(max_lexer_states=10))
+
+
+def test_choices_as_a_single_string_is_refused():
+    from guided import GrammarError, make_spec
+
+    with pytest.raises(GrammarError, match="list of strings"):
+        make_spec(choices="abc")
+
+
+def test_boolean_schemas():
+    from guided import SchemaError, make_spec
+
+    assert make_spec(schema=True).kind == "json_schema"
+    with pytest.raises(SchemaError, match="false"):
+        make_spec(schema=False)

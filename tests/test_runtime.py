@@ -178,6 +178,8 @@ def test_prompt_cache_reuses_the_shared_prefix(tiny_model):
         (dict(sampling=SamplingParams(top_k=-1)), "top_k"),
         (dict(sampling=SamplingParams(min_p=2)), "min_p"),
         (dict(max_tokens=0), "max_tokens"),
+        (dict(sampling=SamplingParams(seed=-1)), "seed"),
+        (dict(temperature=-0.5), "temperature"),
     ],
 )
 def test_bad_parameters_raise_before_work(tiny_model, kwargs, name):

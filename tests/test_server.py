@@ -255,6 +255,10 @@ UNENFORCEABLE = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
         {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]),
      400, "messages[0].tool_calls[0].function.arguments", "JSON"),
     (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
+    (chat_body(seed=-1), 400, "seed", "seed"),
+    (chat_body(stop=['"'], response_format={"type": "json_object"}), 400, "", "stop cannot be combined"),
+    (chat_body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": False}}),
+     400, "response_format.json_schema.schema", "false"),
 ])
 def test_error_statuses(tiny, body, status, param, words):
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -427,3 +431,13 @@ def test_qwen_tools(qwen, tool_choice, name):
     calls = assert_calls(r, {name})
     if name == "get_weather":
         assert "Paris" in json.loads(calls[0].function.arguments)["city"]
+
+
+def test_boolean_schema_true_means_any_json(tiny):
+    body = chat_body(max_tokens=40, seed=1, temperature=0.8,
+                     response_format={"type": "json_schema", "json_schema": {"name": "any", "schema": True}})
+    r = httpx.post(tiny + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    if choice["finish_reason"] == "stop":
+        json.loads(choice["message"]["content"])

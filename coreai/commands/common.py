@@ -25,7 +25,7 @@ def add_sampling_args(p) -> None:
 
 def add_grammar_args(p) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--schema", help="JSON Schema file (or inline JSON) the output must match")
+    g.add_argument("--schema", help="JSON Schema file, or inline JSON, the output must match")
     g.add_argument("--json-object", action="store_true", help="any JSON object")
     g.add_argument("--regex", help="regular expression the output must match")
     g.add_argument("--choice", action="append", help="one allowed output (repeatable)")
@@ -67,7 +67,8 @@ def constrained_session(model, args):
 
     options = dict(any_whitespace=args.any_whitespace, strict=not args.no_strict, lenient=args.lenient)
     if args.schema:
-        text = args.schema if args.schema.lstrip().startswith("{") else Path(args.schema).read_text()
+        inline = args.schema.strip().startswith("{") or args.schema.strip() in ("true", "false")
+        text = args.schema if inline else Path(args.schema).read_text()
         return ConstrainedSession(model, schema=text, **options)
     if args.json_object:
         return ConstrainedSession(model, json_object=True, **options)

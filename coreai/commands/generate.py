@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -24,13 +23,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    model = common.load_model(args)
-    prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
+    # Check every argument before the (slow) model load.
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     sampling = common.sampling_params(args)
+    prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
+    model = common.load_model(args)
     session = common.constrained_session(model, args)
-    kwargs = dict(max_tokens=args.max_tokens, sampling=sampling, stop=args.stop or None)
-    if session is None:
-        kwargs["chat_template"] = not args.no_chat_template
+    kwargs = dict(max_tokens=args.max_tokens, sampling=sampling, stop=args.stop or None,
+                  chat_template=not args.no_chat_template)
     runner = session if session is not None else model
     if args.stream:
         result = None
@@ -43,4 +44,7 @@ def run(args) -> int:
         result = runner.generate(prompt, **kwargs)
         print(result.text)
     common.print_stats(result)
+    if session is not None and not result.valid:
+        print(f"coreai generate: invalid output: {'; '.join(result.errors)}", file=sys.stderr)
+        return 1
     return 0 if result.finish_reason in ("stop", "length") else 1

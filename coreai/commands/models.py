@@ -27,5 +27,10 @@ def run(args) -> int:
     elif args.action == "pull":
         print(store.ensure(name, args.cache_dir))
     elif args.action == "rm":
+        folder = store.model_dir(name, args.cache_dir)
+        if not folder.exists():
+            print(f"{name} is not exported ({folder} does not exist)")
+            return 0
         store.remove(name, args.cache_dir)
+        print(f"removed {folder}")
     return 0

@@ -170,6 +170,16 @@ class SamplingFields(Request):
             raise ValueError("stream_options is only allowed with stream: true")
         return self
 
+    @model_validator(mode="after")
+    def _no_stop_in_constrained_output(self):
+        # A stop string would cut a grammar-constrained output, which then no longer validates.
+        constrained = self.structured_outputs is not None or (
+            getattr(self, "response_format", None) is not None and self.response_format.type != "text")
+        if self.stop and constrained:
+            raise ValueError("stop cannot be combined with response_format or structured_outputs: it would cut the "
+                             "constrained output; the grammar already decides where the output ends")
+        return self
+
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
