@@ -44,20 +44,22 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def stats_us(samples) -> dict:
+def _stats(samples, scale: float) -> dict:
     if not len(samples):
         return {"n": 0}
-    a = np.asarray(samples, dtype=np.float64) * 1e6
+    a = np.asarray(samples, dtype=np.float64) * scale
     return {"n": int(a.size), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
             "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def stats_us(samples) -> dict:
+    """Summary of durations in seconds, in microseconds."""
+    return _stats(samples, 1e6)
 
 
 def stats_ms(samples) -> dict:
-    if not len(samples):
-        return {"n": 0}
-    a = np.asarray(samples, dtype=np.float64) * 1e3
-    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
-            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+    """Summary of durations in seconds, in milliseconds."""
+    return _stats(samples, 1e3)
 
 
 def load_vocab(name: str):

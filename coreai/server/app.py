@@ -210,13 +210,11 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
             raise APIError(429, str(exc), "rate_limit_error", None, "queue_full",
                            headers={"Retry-After": str(exc.retry_after)}) from None
 
-    @app.post("/v1/chat/completions", response_model=s.ChatCompletion, responses=ERROR_RESPONSES)
-    async def chat_completions(req: s.ChatCompletionRequest, request: Request):
-        """OpenAI chat completions (stream: SSE of `chat.completion.chunk`s ending `data: [DONE]`)."""
+    async def respond(req, request: Request, prepare, reply_class):
         check_model(req.model)
-        params, constraint = await run_in_threadpool(prepare_chat, req)
+        params, constraint = await run_in_threadpool(prepare, req)
         job = submit(params)
-        reply = ChatReply(req, constraint, model, name)
+        reply = reply_class(req, constraint, model, name)
         if req.stream:
             return StreamingResponse(_sse(reply.stream(job)), media_type="text/event-stream")
         pieces, result = await _collect(job, request)
@@ -224,19 +222,15 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
             return JSONResponse({}, status_code=499)  # the client is gone; nobody reads this
         return reply.complete(pieces, result)
 
+    @app.post("/v1/chat/completions", response_model=s.ChatCompletion, responses=ERROR_RESPONSES)
+    async def chat_completions(req: s.ChatCompletionRequest, request: Request):
+        """OpenAI chat completions (stream: SSE of `chat.completion.chunk`s ending `data: [DONE]`)."""
+        return await respond(req, request, prepare_chat, ChatReply)
+
     @app.post("/v1/completions", response_model=s.Completion, responses=ERROR_RESPONSES)
     async def completions(req: s.CompletionRequest, request: Request):
         """OpenAI legacy text completions of a plain prompt (no chat template)."""
-        check_model(req.model)
-        params, constraint = await run_in_threadpool(prepare_completion, req)
-        job = submit(params)
-        reply = CompletionReply(req, constraint, model, name)
-        if req.stream:
-            return StreamingResponse(_sse(reply.stream(job)), media_type="text/event-stream")
-        pieces, result = await _collect(job, request)
-        if result is None:
-            return JSONResponse({}, status_code=499)
-        return reply.complete(pieces, result)
+        return await respond(req, request, prepare_completion, CompletionReply)
 
     return app
 
