@@ -176,7 +176,10 @@ def _hostname_labels_ok(instance) -> bool:
 @functools.lru_cache(maxsize=None)
 def _format_checker(cls) -> jsonschema.FormatChecker:
     """The draft's format checker with a stricter `hostname` (see `_hostname_labels_ok`)."""
-    checker = jsonschema.FormatChecker(cls.FORMAT_CHECKER.checkers)
+    # FormatChecker(names) would look the names up in the registry shared by all drafts, where "time"
+    # is draft 3's "%H:%M:%S"; copy this draft's own functions instead.
+    checker = jsonschema.FormatChecker(())
+    checker.checkers = dict(cls.FORMAT_CHECKER.checkers)
     if "hostname" in checker.checkers:
         base, raises = checker.checkers["hostname"]
         checker.checks("hostname", raises)(lambda value: base(value) and _hostname_labels_ok(value))

@@ -213,6 +213,37 @@ def close_objects(schema):
     return schema
 
 
+# Formats whose llguidance regex admits strings `jsonschema` rejects (February 29 of any year, year 0000,
+# second 60 at any minute, "--" in label positions 3-4, over 253 characters): replaced by patterns with
+# exactly the final check's rules (rfc3339-validator, date.fromisoformat, fqdn), where an RFC's leap
+# second is refused as they refuse it. Hostnames are plain LDH labels: A-labels ("xn--") are valid only
+# if they decode, which no regex checks, so they are never generated.
+_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # 0001-9999
+_LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+         f"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP_YEAR}-02-29)")
+_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_LABEL = "(?:[A-Za-z0-9](?:[A-Za-z0-9]|[A-Za-z0-9-]{2}[A-Za-z0-9]|[A-Za-z0-9-](?:[A-Za-z0-9][A-Za-z0-9-]|-[A-Za-z0-9])[A-Za-z0-9-]{0,58}[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9])?)"
+EXACT_FORMATS = {
+    "date": {"pattern": f"^{_DATE}$"},
+    "time": {"pattern": f"^{_TIME}$"},
+    "date-time": {"pattern": f"^{_DATE}[Tt]{_TIME}$"},
+    "hostname": {"pattern": f"^{_LABEL}(?:\\.{_LABEL})*$", "maxLength": 253},
+}
+
+
+def exact_formats(schema):
+    """A copy of `schema` where `format` keywords listed in `EXACT_FORMATS` become an `allOf` member
+    with the exact pattern. Left alone under oneOf/not/if (`_under_exclusion`), where a narrower
+    hostname would widen what the enclosing schema admits; the final check covers those."""
+    schema = json.loads(json.dumps(schema))
+    exclusive = _under_exclusion(schema)
+    for _, sub in subschemas(schema):
+        if isinstance(sub, dict) and sub.get("format") in EXACT_FORMATS and id(sub) not in exclusive:
+            sub["allOf"] = [*sub.get("allOf", []), EXACT_FORMATS[sub.pop("format")]]
+    return schema
+
+
 def json_grammar(schema, any_whitespace: bool, lenient: bool) -> str:
     """llguidance grammar text for a JSON Schema with our whitespace and lenient options."""
     options = {"whitespace_flexible": any_whitespace, "lenient": lenient}
@@ -258,6 +289,7 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     if schema is False:
         raise SchemaError("the schema `false` accepts no value")
     compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
+    compiled = exact_formats(compiled) if isinstance(compiled, dict) else compiled
     if compiled is True:  # llguidance applies options only to object schemas; {} means the same as true
         compiled = {}
     options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}

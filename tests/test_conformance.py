@@ -195,3 +195,53 @@ def test_embedded_resource_root_ref(qwen):
     assert m.accept_tokens(hf.encode('{"name":"foo"}', add_special_tokens=False)) and m.is_accepting()
     m = compiled.matcher()
     assert not (m.accept_tokens(hf.encode('{"name":{"name":null}}', add_special_tokens=False)) and m.is_accepting())
+
+
+# -- formats: the grammar admits exactly what the final check (jsonschema) accepts --------------------
+
+@pytest.mark.parametrize("draft", ["https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#"])
+def test_final_check_uses_the_drafts_own_format_checkers(draft):
+    """RFC 3339 full-time (offset required, any case), not draft 3's "%H:%M:%S"."""
+    from guided import check_json
+
+    schema = {"$schema": draft, "format": "time"}
+    assert not check_json('"22:31:53z"', schema)[1] and not check_json('"10:10:10.5+01:00"', schema)[1]
+    assert check_json('"10:10:10"', schema)[1]
+
+
+@pytest.mark.parametrize("fmt,text,valid", [
+    ("date", "2024-02-29", True), ("date", "2000-02-29", True), ("date", "1900-02-28", True),
+    ("date", "2021-02-29", False), ("date", "1900-02-29", False), ("date", "0000-01-01", False),
+    ("date", "2021-04-31", False),
+    ("time", "22:31:53z", True), ("time", "10:10:10.5+01:00", True), ("time", "23:59:60Z", False),
+    ("time", "10:10:60Z", False), ("time", "10:10:10+24:00", False),
+    ("date-time", "2024-02-29t10:00:00Z", True), ("date-time", "1998-12-31T23:59:60Z", False),
+    ("date-time", "2021-02-29T10:00:00Z", False), ("date-time", "0000-01-01T00:00:00Z", False),
+    ("hostname", "a-b.example.COM", True), ("hostname", "ab--cd.com", False), ("hostname", "-a.com", False),
+    ("hostname", ".".join(["a" * 63] * 4), False), ("hostname", ".".join(["a" * 63] * 3 + ["a" * 61]), True),
+])
+def test_format_grammar_agrees_with_the_final_check(qwen, fmt, text, valid):
+    from guided import check_json
+
+    hf, info = qwen
+    schema = {"type": "string", "format": fmt}
+    m = _compile(schema, info).matcher()
+    accepted = m.accept_tokens(hf.encode(json.dumps(text), add_special_tokens=False)) and m.is_accepting()
+    assert not check_json(json.dumps(text), schema)[1] is valid, "the test's own verdict disagrees with jsonschema"
+    assert accepted is valid
+
+
+@pytest.mark.parametrize("fmt", ["date", "time", "date-time", "hostname", "duration", "ipv4", "ipv6", "uuid",
+                                 "email", "uri"])
+def test_random_logit_strings_of_every_format_validate(qwen, fmt):
+    from conformance.compliance import closing_bias, random_generation
+    from guided import check_json
+
+    hf, info = qwen
+    schema = {"type": "string", "format": fmt}
+    compiled = _compile({"type": "array", "items": schema, "minItems": 3, "maxItems": 3}, info)
+    bias = closing_bias(hf, info)
+    for seed in range(4):
+        out = random_generation(compiled, hf, bias, seed, max_tokens=120)
+        if out["finish"] == "stop":
+            assert not check_json(out["text"], {"type": "array", "items": schema})[1], out["text"]
