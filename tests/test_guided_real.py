@@ -178,13 +178,28 @@ def test_qwen_extracts_shipping_address(qwen_model):
     assert result.value["postal_code"] == "NW1 6XE" and "United Kingdom" in result.value["country"]
 
 
-@pytest.mark.xfail(strict=True, reason="with llguidance 1.9.1 and our exported Qwen tokenizer (control tokens listed in "
-                   "both the BPE vocab and added_tokens), the mask allows only the special token <|im_end|> (id "
-                   "151645) where a string must spell its text, then the matcher rejects it: such strings end in finish_reason 'error' "
-                   "(never invalid output). See README, Known limitations.")
-def test_special_token_text_inside_a_string(qwen_info, qwen_tokenizer):
-    spec = make_spec(schema={"type": "object", "properties": {"t": {"const": "x <|im_end|> y"}}, "required": ["t"]})
-    matcher = compile_grammar(spec, qwen_info).matcher()
-    assert matcher.accept_tokens(qwen_tokenizer.encode('{"t":"x ', add_special_tokens=False))
+@pytest.mark.parametrize("vocab", ["qwen", "gemma"])
+@pytest.mark.parametrize("text", ["x <|im_end|> y", "</tool_call>", "<tool_call><end_of_turn><start_of_turn>"])
+def test_added_token_text_inside_a_string_is_spelled_as_text(vocab, text, request):
+    """Text equal to an added token's content ("<|im_end|>", "</tool_call>", "<end_of_turn>") is spelled with
+    ordinary tokens: the mask allows a token that starts it and never an added token, and jump-forward
+    completes it."""
+    hf, info = request.getfixturevalue(f"{vocab}_tokenizer").hf, request.getfixturevalue(f"{vocab}_info")
+    spec = make_spec(schema={"type": "object", "properties": {"t": {"const": text}}, "required": ["t"]})
+    matcher = compile_grammar(spec, info).matcher()
+    prefix = '{"t":"' + text[:text.index("<")]
+    assert matcher.accept_tokens(hf.encode(prefix, add_special_tokens=False))
     allowed = mask_of(matcher)
-    assert allowed[qwen_tokenizer.hf.convert_tokens_to_ids("<")] and not allowed[151645]
+    added = [i for i in hf.added_tokens_decoder if i < info.vocab_size]
+    assert allowed.any() and not allowed[added].any()
+    forced = matcher.jump_forward_tokens()
+    assert not set(forced) & set(added) and hf.decode(forced) == text[text.index("<"):] + '"}', forced
+    assert matcher.accept_tokens(forced) and matcher.is_accepting()
+
+
+def test_generation_spells_added_token_text(qwen_model):
+    """End to end: the model writes a string containing "<|im_end|>" and "</tool_call>" as text."""
+    schema = {"type": "object", "properties": {"t": {"const": "a <|im_end|> </tool_call>"}}, "required": ["t"]}
+    result = ConstrainedSession(qwen_model, schema=schema).generate("Say anything.", max_tokens=30)
+    assert result.finish_reason == "stop" and result.valid, (result.text, result.errors)
+    assert result.value == {"t": "a <|im_end|> </tool_call>"}
