@@ -5,6 +5,7 @@ conformance/results/conformance.json (+ .md).
     python -m conformance.run                 # everything (about 10 minutes on 2 cores)
     python -m conformance.run --quick         # a fixed small sample (seconds; what CI runs)
     python -m conformance.run --parts suite   # only some parts: suite, maskbench, compliance
+    python -m conformance.run --readme        # also write the summary into README.md (make conformance)
 """
 
 from __future__ import annotations
@@ -42,6 +43,50 @@ def slim(report: dict) -> dict:
     return out
 
 
+README_BEGIN, README_END = "<!-- conformance-summary:begin -->", "<!-- conformance-summary:end -->"
+
+
+def summary(report: dict) -> str:
+    """The README's conformance summary (markdown): Test Suite and MaskBench totals beside llguidance's
+    baseline on the same cases, and the compliance totals."""
+    m, t = report["machine"], report["timings"]
+    out = [f"`make conformance`, {m['date']}, llguidance {m['versions'].get('llguidance')}, "
+           f"{t['total_s'] / 60:.1f} min on {m['cpus']} cores:"]
+    rows = []
+    for draft, c in report.get("suite", {}).get("totals", {}).items():
+        rows.append([f"Test Suite {draft}, ours", c.get("cases", 0), c.get("pass", 0), c.get("fp", 0), c.get("fn", 0),
+                     c.get("refused", 0), c.get("error", 0), c.get("strict_changed", 0), c.get("fn_check", 0),
+                     c.get("final_fp", 0)])
+        if c.get("llg_cases"):
+            rows.append([f"Test Suite {draft}, llguidance baseline", c["llg_cases"], c.get("llg_pass", 0),
+                         c.get("llg_fp", 0), c.get("llg_fn", 0), c.get("llg_refused", 0), c.get("llg_error", 0), "-", "-", "-"])
+    if "maskbench" in report:
+        c = report["maskbench"]["totals"]
+        rows.append(["MaskBench files, ours (ok = every instance right)", c["files"], c.get("ok", 0), c.get("fp", 0),
+                     f"{c.get('fn', 0)} ({c.get('fn_strict', 0)} strict)", c.get("refused", 0), c.get("error", 0),
+                     c.get("fn_strict", 0), c.get("fn_check", 0), c.get("final_fp", 0)])
+        rows.append(["MaskBench files, llguidance baseline", c["files"], c.get("llg_ok", 0), "", "",
+                     c.get("llg_err", 0), "", "-", "-"])
+    out.append(md_table(["", "cases", "pass", "FP", "FN", "refused", "error", "changed by strict",
+                         "FN the final check rejects too", "FP after final check"], rows))
+    if "compliance" in report:
+        from conformance.compliance import compliance_rows
+
+        total = compliance_rows(report["compliance"])[-1]
+        s = report["compliance"]["settings"]
+        out.append(f"JSONSchemaBench (first {s['compile_sample'] or 'all'} schemas of each subset): {total[2]:,} of "
+                   f"{total[1]:,} compile ({total[3]}); {total[8]} random-logit generations, {total[9]} finished, "
+                   f"{total[10]} valid, **{total[11]} invalid**.")
+    return "\n\n".join(out)
+
+
+def update_readme(text: str, readme: Path = REPO / "README.md") -> None:
+    """Replace the block between README_BEGIN and README_END with `text`."""
+    body = readme.read_text()
+    head, rest = body.split(README_BEGIN, 1)
+    readme.write_text(f"{head}{README_BEGIN}\n{text}\n{README_END}{rest.split(README_END, 1)[1]}")
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="suite,maskbench,compliance")
@@ -56,6 +101,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--generations", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=REPO / "conformance" / "results" / "conformance.json")
+    ap.add_argument("--readme", action="store_true", help="write the summary into README.md (make conformance)")
     args = ap.parse_args(argv)
     if args.quick:
         args.suite_sample = args.suite_sample or 1
@@ -126,6 +172,9 @@ def main(argv=None) -> dict:
     args.out.write_text(json.dumps(slim(report), separators=(",", ":"), default=str))
     args.out.with_suffix(".md").write_text(text + "\n")
     log(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    if args.readme:
+        update_readme(summary(report))
+        log("updated the summary in README.md")
     return report
 
 
