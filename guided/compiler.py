@@ -19,7 +19,7 @@ from llguidance import LLMatcher, LLParserLimits
 
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 from guided.matcher import GrammarMatcher
-from guided.spec import JSON_KINDS, GrammarSpec, pointer, subschemas
+from guided.spec import JSON_KINDS, GrammarSpec, close_objects, pointer, subschemas
 from guided.tokenizer_info import TokenizerInfo
 
 
@@ -130,6 +130,10 @@ def _get(schema, path):
     return schema
 
 
+def _engine_error(matcher: LLMatcher) -> str:
+    return matcher.get_error().replace("<non-verbose/>", "").strip()
+
+
 def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None = None) -> CompiledGrammar:
     """Compile `spec` for `tokenizer` (milliseconds for typical schemas; bounded by `limits`).
 
@@ -140,26 +144,29 @@ def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParse
     """
     limits = limits or default_limits()
     t0 = time.perf_counter()
-    is_error, messages = LLMatcher.validate_grammar_with_warnings(spec.grammar, tokenizer.ll_tokenizer, limits=limits)
+    # One build: the matcher reports the grammar's compile error and warnings itself.
+    template = LLMatcher(tokenizer.ll_tokenizer, spec.grammar, log_level=0, limits=limits)
+    is_error = template.is_error()
+    messages = [_engine_error(template)] if is_error else list(template.get_grammar_warnings())
     is_json = spec.kind in JSON_KINDS
     if is_error or (is_json and messages and not spec.lenient):
         # Not lenient: a warning from the JSON compiler also means something would not be enforced.
-        message = messages[0] if messages else "the engine refused the grammar"
+        message = messages[0] or "the engine refused the grammar"
         if not is_json:
             raise GrammarError(f"cannot compile the {spec.kind} grammar: {message}")
         if "Unsatisfiable" in message:
-            hint = " under strict mode (strict=False allows undeclared properties)" if spec.options.get("strict") else ""
+            closed = spec.options.get("strict") and isinstance(spec.schema, dict) and close_objects(spec.schema) != spec.schema
+            hint = " under strict mode (strict=False allows undeclared properties)" if closed else ""
             raise SchemaError(f"no JSON value satisfies the schema{hint}: {message}")
         keyword, where = locate(spec.schema, message)[0]
         where_text = f" at {where or '/'}" if keyword else ""
         raise UnsupportedSchemaFeature(f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where)
-    template = LLMatcher(tokenizer.ll_tokenizer, spec.grammar, log_level=0, limits=limits)
     # The lexer is built lazily: the first mask is where most limits (lexer states, fuel, Earley
     # items) are hit. Computing it here turns that into a compile error, and every matcher copied
     # from the template starts with the work done.
     template.compute_bitmask()
     if template.is_error():
-        message = template.get_error().replace("<non-verbose/>", "").strip()
+        message = _engine_error(template)
         raise GrammarError(f"cannot compile the {spec.kind} grammar (over the engine's limits?): {message}")
     not_enforced: list[NotEnforced] = []
     warnings: list[str] = []

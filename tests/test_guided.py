@@ -176,6 +176,10 @@ def test_strict_mode(info, toy):
         compile_grammar(make_spec(schema=dict(schema, required=["a"], minProperties=2)), info)
     assert not isinstance(err.value, UnsupportedSchemaFeature)
     compile_grammar(make_spec(schema=dict(schema, required=["a"], minProperties=2), strict=False), info)
+    # an unsatisfiable schema that strict mode did not touch does not blame it
+    with pytest.raises(SchemaError, match="no JSON value satisfies") as err:
+        compile_grammar(make_spec(schema={"type": "string", "pattern": "^a+$", "format": "date"}), info)
+    assert "strict" not in str(err.value)
 
 
 def test_schema_inputs(info, toy, tmp_path):
