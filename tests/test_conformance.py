@@ -245,3 +245,42 @@ def test_random_logit_strings_of_every_format_validate(qwen, fmt):
         out = random_generation(compiled, hf, bias, seed, max_tokens=120)
         if out["finish"] == "stop":
             assert not check_json(out["text"], {"type": "array", "items": schema})[1], out["text"]
+
+
+@needs_data
+def test_tokens_fed_without_masks(qwen):
+    """llguidance 1.9.1: a copy of a matcher that computed a mask (our compiled templates) can reject, fed
+    without masks, a valid string that a matcher built from the grammar accepts (here a pattern with
+    bounded repetition under maxLength); mask by mask, as generation feeds tokens, it is accepted
+    (`test_generation_path_accepts_what_the_copy_rejects`). The harness judges a rejection again with
+    a fresh matcher (`conformance.common.accepts`)."""
+    from conformance.common import MASKBENCH, accepts, serialize, tokenize
+
+    hf, info = qwen
+    case = json.loads(next(MASKBENCH.rglob("Github_hard---o21072.json")).read_text())
+    compiled = _compile(case["schema"], info, strict=False)
+    for test in [t for t in case["tests"] if t["valid"]]:
+        tokens = tokenize(hf, info, serialize(test["data"]))[0]
+        assert accepts(compiled, tokens)
+        engine_bug = not compiled.matcher().accept_tokens(tokens)
+        assert engine_bug, "llguidance accepts without masks now: drop the fallback in conformance.common.accepts"
+
+
+def test_generation_path_accepts_what_the_copy_rejects(qwen):
+    """The same engine fault on a small schema: fed mask by mask (generation's path) the copy accepts."""
+    import numpy as np
+
+    from conformance.common import serialize, tokenize
+
+    hf, info = qwen
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 300,
+                                                     "pattern": "^(?:\\S+\\s+){0,29}\\S+$"}, "b": {"type": "integer"}},
+              "required": ["a", "b"]}
+    compiled = _compile(schema, info)
+    tokens = tokenize(hf, info, serialize({"a": "This is a sample text.", "b": 3}))[0]
+    m = compiled.matcher()
+    buf = np.zeros((1, m.words), np.int32)
+    for t in tokens:
+        m.fill_next_token_bitmask(buf)
+        assert (buf[0, t // 32] >> (t % 32)) & 1 and m.accept_token(t)
+    assert m.is_accepting()
