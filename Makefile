@@ -26,7 +26,7 @@ clean:
 .PHONY: conformance bench
 
 conformance: $(STAMP)
-	$(PY) -m conformance.run
+	$(PY) -m conformance.run --readme
 
 $(VENV)/.bench-installed: $(STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,bench]'
@@ -34,3 +34,4 @@ $(VENV)/.bench-installed: $(STAMP) pyproject.toml
 
 bench: $(VENV)/.bench-installed
 	$(PY) -m benchmarks.guided
+	$(PY) -m benchmarks.scaling

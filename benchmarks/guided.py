@@ -11,8 +11,10 @@
   strict mode, no compile cache, one thread) and outlines-core (regex from the schema, `Index`,
   `Guide.write_mask_into`), each in a child process with a per-schema watchdog, so a compile that
   takes minutes is recorded as a timeout instead of stalling the run. Failures are findings.
-- End to end on the real Qwen2.5-Coder-0.5B (float32, CPU backend here): unconstrained vs constrained
-  decode tok/s, jump-forward on vs off (forward passes, tok/s), same prompts, greedy.
+- End to end on the real Qwen2.5-Coder-0.5B (float32, CPU backend here), `coreai.bench.run_guided_bench`:
+  unconstrained vs constrained decode tok/s, jump-forward on vs off (forward passes, tok/s), TTFT with a
+  cold compile, same prompts, greedy, interleaved; beside it the peers driving mlx-lm with a logits
+  processor (xgrammar, outlines-core, llguidance.mlx, Outlines' `from_mlxlm`), validity by jsonschema.
 
     python -m benchmarks.guided            # the full run (make bench)
     python -m benchmarks.guided --quick    # seconds: what tests/test_bench_smoke.py runs
@@ -87,14 +89,78 @@ def pick_files(per_subset: int) -> list[Path]:
 
 # -- ours vs raw llguidance ---------------------------------------------------------------------------
 
+RAW_OVERRIDES = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+
+
+def cold_compile(schema, info):
+    """Our cold compile: (CompiledGrammar, make_spec seconds, compile_grammar seconds), with make_spec's
+    schema -> spec memo (guided.spec.json_spec, an lru_cache) cleared first and no GrammarCache.
+    Raises as make_spec / compile_grammar."""
+    from guided import compile_grammar, make_spec
+    from guided.spec import json_spec
+
+    json_spec.cache_clear()
+    t0 = time.perf_counter()
+    spec = make_spec(schema=schema)
+    t1 = time.perf_counter()
+    compiled = compile_grammar(spec, info)
+    return compiled, t1 - t0, time.perf_counter() - t1
+
+
+def raw_compile(schema, info, address: int, nbytes: int):
+    """Raw llguidance compile, as a caller without our layer does it: schema -> grammar (compact
+    separators) -> `LLMatcher` -> first mask written at `address` (`nbytes` = 4 * words). Returns the matcher."""
+    from llguidance import LLMatcher
+
+    from guided.compiler import default_limits
+
+    m = LLMatcher(info.ll_tokenizer, LLMatcher.grammar_from_json_schema(schema, overrides=RAW_OVERRIDES),
+                  log_level=0, limits=default_limits())
+    m.unsafe_compute_mask_ptr(address, nbytes)
+    return m
+
+
+def replay(ours, raw, tokens, bitmask, raw_buf: np.ndarray, t: dict, logits=None, first: int = 0) -> None:
+    """Replay `tokens` on our `GrammarMatcher` (`TokenBitmask.fill` into MLX memory + `accept_token`, and
+    an evaluated `apply_token_bitmask` when `logits` is given) and on a raw `LLMatcher` (mask into
+    `raw_buf`, int32 [1, words], + `consume_token`), interleaved token by token with the order rotating:
+    both share the engine's lazily built lexer, so whoever goes first pays for building it (`first` = 1
+    starts with ours instead of raw: alternate it over repeats of a short sequence). Appends seconds to t["fill"], t["accept"], t["fill_accept"], t["raw_fill"], t["raw_accept"],
+    t["raw_fill_accept"] (and t["apply"] with logits)."""
+    from guided import apply_token_bitmask
+
+    raw_addr, nbytes = raw_buf.ctypes.data, raw_buf.nbytes
+    for i, tok in enumerate(tokens):
+        for which in ((0, 1) if (i + first) % 2 else (1, 0)):
+            if which == 0:
+                a = time.perf_counter()
+                bitmask.fill(ours)
+                b = time.perf_counter()
+                if logits is not None:
+                    mx.eval(apply_token_bitmask(logits, bitmask.current))
+                c = time.perf_counter()
+                ours.accept_token(tok)
+                d = time.perf_counter()
+                t["fill"].append(b - a)
+                if logits is not None:
+                    t["apply"].append(c - b)
+                t["accept"].append(d - c)
+                t["fill_accept"].append(b - a + d - c)
+            else:
+                a = time.perf_counter()
+                raw.unsafe_compute_mask_ptr(raw_addr, nbytes)
+                b = time.perf_counter()
+                raw.consume_token(tok)
+                c = time.perf_counter()
+                t["raw_fill"].append(b - a)
+                t["raw_accept"].append(c - b)
+                t["raw_fill_accept"].append(c - a)
+
+
 def bench_ours(files, hf, info, instances_per_schema: int = 2) -> tuple[dict, list]:
     """Compile and per-token timings for ours and raw llguidance. Returns (results, jobs) where jobs are
     (file name, schema, [token lists]) of the schemas we compiled, for the peers."""
-    from llguidance import LLMatcher
-
-    import guided.spec as spec_module
-    from guided import GrammarCache, TokenBitmask, apply_token_bitmask, compile_grammar, make_spec
-    from guided.compiler import default_limits
+    from guided import GrammarCache, TokenBitmask, apply_token_bitmask, make_spec
     from guided.errors import GrammarError
 
     cache = GrammarCache(capacity=4096)
@@ -113,20 +179,15 @@ def bench_ours(files, hf, info, instances_per_schema: int = 2) -> tuple[dict, li
         if not tests:
             continue
         counts["schemas"] += 1
-        # Cold means cold: make_spec memoizes schema -> spec (guided.spec.json_spec, an lru_cache).
-        getattr(getattr(spec_module, "json_spec", None), "cache_clear", lambda: None)()
-        t0 = time.perf_counter()
         try:
-            spec = make_spec(schema=case["schema"])
-            t1 = time.perf_counter()
-            compiled = compile_grammar(spec, info)
+            compiled, s_spec, s_compile = cold_compile(case["schema"], info)
         except (GrammarError, ValueError):
             counts["refused"] += 1
             continue
-        t2 = time.perf_counter()
-        comp["ours_cold"].append(t2 - t0)
-        comp["make_spec"].append(t1 - t0)
-        comp["compile_grammar"].append(t2 - t1)
+        spec = compiled.spec
+        comp["ours_cold"].append(s_spec + s_compile)
+        comp["make_spec"].append(s_spec)
+        comp["compile_grammar"].append(s_compile)
         cache.get(spec, info)  # fill the cache, then time a hit: the lookup alone, and a request (spec + lookup)
         t0 = time.perf_counter()
         cache.get(spec, info)
@@ -136,10 +197,7 @@ def bench_ours(files, hf, info, instances_per_schema: int = 2) -> tuple[dict, li
         comp["cache_hit"].append(t1 - t0)
         comp["ours_cached"].append(t2 - t1)
         t0 = time.perf_counter()
-        raw_template = LLMatcher(info.ll_tokenizer, LLMatcher.grammar_from_json_schema(
-            case["schema"], overrides={"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}),
-            log_level=0, limits=default_limits())
-        raw_template.unsafe_compute_mask_ptr(raw_addr, nbytes)
+        raw_compile(case["schema"], info, raw_addr, nbytes)
         comp["raw"].append(time.perf_counter() - t0)
         counts["compiled"] += 1
         token_lists = []
@@ -152,30 +210,7 @@ def bench_ours(files, hf, info, instances_per_schema: int = 2) -> tuple[dict, li
             token_lists.append(tokens)
             counts["instances"] += 1
             counts["tokens"] += len(tokens)
-            ours, raw = compiled.matcher(), compiled.template.deep_copy()
-            for i, tok in enumerate(tokens):
-                for which in ((0, 1) if i % 2 else (1, 0)):
-                    if which == 0:
-                        a = time.perf_counter()
-                        bitmask.fill(ours)
-                        b = time.perf_counter()
-                        mx.eval(apply_token_bitmask(logits, bitmask.current))
-                        c = time.perf_counter()
-                        ours.accept_token(tok)
-                        d = time.perf_counter()
-                        t["fill"].append(b - a)
-                        t["apply"].append(c - b)
-                        t["accept"].append(d - c)
-                        t["fill_accept"].append(b - a + d - c)
-                    else:
-                        a = time.perf_counter()
-                        raw.unsafe_compute_mask_ptr(raw_addr, nbytes)
-                        b = time.perf_counter()
-                        raw.consume_token(tok)
-                        c = time.perf_counter()
-                        t["raw_fill"].append(b - a)
-                        t["raw_accept"].append(c - b)
-                        t["raw_fill_accept"].append(c - a)
+            replay(compiled.matcher(), compiled.template.deep_copy(), tokens, bitmask, raw_buf, t, logits)
         if token_lists:
             jobs.append((path.name, case["schema"], token_lists))
     return {"counts": counts, "per_token_us": {k: stats_us(v) for k, v in t.items()},
@@ -348,42 +383,197 @@ def _peer_summary(results, timeouts, errors, fatal, skipped_for_budget: int = 0)
 
 # -- end to end -----------------------------------------------------------------------------------------
 
+# Outputs of about 20 tokens, so max 32 tokens lets every constrained run finish (valid is meaningful).
 E2E_CASES = [
     ("Give the name, age and city of a fictional person as JSON.",
      {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
                                        "city": {"type": "string"}}, "required": ["name", "age", "city"]}),
-    ("Describe a book (title, author, year, tags) as JSON.",
-     {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40},
-                                       "author": {"type": "string", "maxLength": 30},
-                                       "year": {"type": "integer", "minimum": 1400, "maximum": 2030},
-                                       "tags": {"type": "array", "items": {"type": "string", "maxLength": 12},
-                                                "maxItems": 3}},
-      "required": ["title", "author", "year", "tags"]}),
+    ("Make up a weather report for Paris as JSON: city, temperature_c, sky, windy.",
+     {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                       "temperature_c": {"type": "integer", "minimum": -50, "maximum": 60},
+                                       "sky": {"enum": ["clear", "cloudy", "rain", "snow"]}, "windy": {"type": "boolean"}},
+      "required": ["city", "temperature_c", "sky", "windy"]}),
 ]
 
 
-def bench_e2e(max_tokens: int) -> dict:
+class MaskProcessor:
+    """An mlx-lm logits processor around a peer's matcher, as peers plug into mlx-lm: accept the token
+    sampled last, fill the peer's bitmask on the CPU, apply it to the MLX logits.
+
+    accept(token) -> bool | None (False: the peer rejected a token it allowed); fill() -> the mask in
+    whatever form apply(logits [1, V] mx.array, mask) -> logits takes. fill_seconds / fills: the CPU
+    time of fill (s) and the number of fills. ready: perf_counter() when built (compile end)."""
+
+    def __init__(self, accept, fill, apply, eos_ids):
+        self.accept, self.fill, self.apply, self.eos_ids = accept, fill, apply, set(eos_ids)
+        self.prompt_done, self.fill_seconds, self.fills = False, 0.0, 0
+        self.ready = time.perf_counter()
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        if self.prompt_done:  # the first call sees the prompt, later ones one new token at the end
+            token = int(tokens[-1].item())
+            if token in self.eos_ids:  # mlx-lm computes one step past EOS before it stops: nothing to mask
+                return logits
+            if self.accept(token) is False:
+                raise RuntimeError(f"the peer rejected token {token} its own mask allowed")
+        self.prompt_done = True
+        t0 = time.perf_counter()
+        mask = self.fill()
+        self.fill_seconds += time.perf_counter() - t0
+        self.fills += 1
+        return self.apply(logits, mask)
+
+
+def _peer_run(model, ids, max_tokens, processor: MaskProcessor, start: float) -> dict:
+    from coreai.bench import mlx_lm_run
+
+    out = mlx_lm_run(model, ids, max_tokens, [processor], start)
+    return out | {"compile_ms": 1e3 * (processor.ready - start),
+                  "mask_ms_per_pass": 1e3 * processor.fill_seconds / max(1, processor.fills)}
+
+
+E2E_PEERS = ("xgrammar", "outlines-core", "llguidance.mlx", "outlines.from_mlxlm")
+# Outlines' xgrammar backend runs here (xgrammar's MLX op is portable) but repeats the xgrammar row with
+# Outlines' defaults (free whitespace) at the cost of a minute of `make bench`: on request only.
+E2E_PEERS_OPTIONAL = ("outlines.from_mlxlm-xgrammar",)
+
+
+def e2e_peers(model, names=E2E_PEERS) -> dict:
+    """Peer variants for `coreai.bench.run_guided_bench`, each driving mlx-lm's `stream_generate` with a
+    logits processor on the same model. Per-model set-up (tokenizer tables) happens here, outside the
+    timings, as ours (`get_tokenizer_info`); each run compiles its schema cold, inside TTFT.
+
+    - xgrammar: compact separators, strict mode (as the mask bench), no compile cache; its mask applied
+      with its own portable MLX op (`xgrammar.kernels.apply_token_bitmask_mlx`, plain MLX ops).
+    - outlines-core: `Index` of the schema's regex; its own MLX kernel is Metal-only and its NumPy one
+      needs numba, so the mask goes through our MLX op (`guided.apply_token_bitmask`), same layout.
+    - llguidance.mlx: raw llguidance with llguidance's own MLX helper (a Metal kernel).
+    - outlines.from_mlxlm: Outlines 1.x's own processor with its JSON default backend (outlines_core)
+      and with llguidance, built by `outlines.Generator` (which compiles), run through `stream_generate`
+      as `MLXLM.generate_stream` does; "outlines.from_mlxlm-xgrammar" (optional) with xgrammar.
+    A peer whose import fails becomes a variant that raises, so the report carries the message."""
+    hf, vocab_size = model.tokenizer.hf, model.vocab_size
+    eos = sorted(model.tokenizer.eos_ids)
+    peers = {}
+
+    def unavailable(exc):
+        def run(*_):
+            raise exc
+        return run
+
+    for name in names:
+        try:
+            if name == "xgrammar":
+                peers[name] = _xgrammar_peer(hf, vocab_size, eos)
+            elif name == "outlines-core":
+                peers[name] = _outlines_core_peer(hf, vocab_size, eos)
+            elif name == "llguidance.mlx":
+                peers[name] = _llguidance_mlx_peer(hf, vocab_size, eos)
+            elif name == "outlines.from_mlxlm":
+                peers.update(_outlines_peers(model, ("outlines_core", "llguidance")))
+            elif name == "outlines.from_mlxlm-xgrammar":
+                peers.update(_outlines_peers(model, ("xgrammar",)))
+            else:
+                raise ValueError(f"unknown end-to-end peer {name!r}; known: {', '.join(E2E_PEERS + E2E_PEERS_OPTIONAL)}")
+        except ImportError as exc:
+            peers[name] = unavailable(exc)
+    return peers
+
+
+def _xgrammar_peer(hf, vocab_size, eos):
+    import xgrammar as xgr
+    from xgrammar.kernels.apply_token_bitmask_mlx import apply_token_bitmask_mlx
+
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(hf, vocab_size=vocab_size, stop_token_ids=eos),
+                                   cache_enabled=False)
+
+    def run(model, ids, schema, max_tokens):
+        start = time.perf_counter()
+        matcher = xgr.GrammarMatcher(compiler.compile_json_schema(
+            json.dumps(schema), any_whitespace=False, separators=(",", ":"), strict_mode=True))
+        bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+
+        def fill():
+            matcher.fill_next_token_bitmask(bitmask)
+            return mx.array(bitmask.numpy())
+
+        apply = lambda logits, mask: apply_token_bitmask_mlx(mask, logits, vocab_size)  # noqa: E731
+        return _peer_run(model, ids, max_tokens, MaskProcessor(matcher.accept_token, fill, apply, eos), start)
+    return run
+
+
+def _outlines_core_peer(hf, vocab_size, eos):
+    from outlines_core import Guide, Index
+    from outlines_core.json_schema import build_regex_from_schema
+
+    from guided import apply_token_bitmask
+
+    vocab = outlines_vocabulary(hf, hf.eos_token_id, "qwen")
+
+    def run(model, ids, schema, max_tokens):
+        start = time.perf_counter()
+        guide = Guide(Index(build_regex_from_schema(json.dumps(schema)), vocab))
+        mask = np.zeros((1, (vocab_size + 31) // 32), np.int32)
+
+        def fill():
+            guide.write_mask_into(mask.ctypes.data, mask.size, 4)
+            return mx.array(mask)
+
+        return _peer_run(model, ids, max_tokens, MaskProcessor(guide.advance, fill, apply_token_bitmask, eos), start)
+    return run
+
+
+def _llguidance_mlx_peer(hf, vocab_size, eos):
+    import llguidance.mlx
+    import llguidance.numpy
+    from llguidance import LLMatcher
+
+    from guided import get_tokenizer_info
+
+    info = get_tokenizer_info(hf, vocab_size, eos)
+
+    def run(model, ids, schema, max_tokens):
+        start = time.perf_counter()
+        matcher = LLMatcher(info.ll_tokenizer, LLMatcher.grammar_from_json_schema(schema, overrides=RAW_OVERRIDES))
+        mask = llguidance.numpy.allocate_token_bitmask(1, vocab_size)
+
+        def fill():
+            llguidance.numpy.fill_next_token_bitmask(matcher, mask)
+            return mask
+
+        return _peer_run(model, ids, max_tokens,
+                         MaskProcessor(matcher.consume_token, fill, llguidance.mlx.apply_token_bitmask, eos), start)
+    return run
+
+
+def _outlines_peers(model, backends) -> dict:
+    import outlines
+    from outlines.types import JsonSchema
+
+    from coreai.bench import mlx_lm_run
+
+    outlines_model = outlines.from_mlxlm(model.network, model.tokenizer._wrapper)
+
+    def variant(backend):
+        def run(model, ids, schema, max_tokens):
+            start = time.perf_counter()
+            processor = outlines.Generator(outlines_model, JsonSchema(json.dumps(schema)), backend=backend).logits_processor
+            compile_ms = 1e3 * (time.perf_counter() - start)
+            return mlx_lm_run(model, ids, max_tokens, [processor], start) | {"compile_ms": compile_ms}
+        return run
+
+    return {f"outlines.from_mlxlm ({b})": variant(b) for b in backends}
+
+
+def bench_e2e(max_tokens: int, repeats: int, peers=E2E_PEERS) -> dict:
+    """`coreai.bench.run_guided_bench` on the real Qwen2.5-Coder-0.5B (float32 here) with `E2E_CASES`,
+    ours and the `e2e_peers` interleaved. Returns its report."""
     from coreai import store
-    from guided import ConstrainedSession
+    from coreai.bench import run_guided_bench
     from runtime import load_model
 
     model = load_model(store.ensure("qwen2.5-coder-0.5b-instruct"), dtype="float32", name="qwen2.5-coder-0.5b-instruct")
-    rows = []
-    for prompt, schema in E2E_CASES:
-        messages = [{"role": "user", "content": prompt}]
-        model.generate(messages, max_tokens=4)  # warm up
-        un = model.generate(messages, max_tokens=max_tokens)
-        row = {"prompt": prompt, "unconstrained": {"tokens": un.usage.completion_tokens, "decode_tps": un.timings.decode_tps,
-                                                   "forward_passes": un.forward_passes or un.usage.completion_tokens}}
-        for jf in (True, False):
-            session = ConstrainedSession(model, schema=schema, jump_forward=jf)
-            r = session.generate(messages, max_tokens=max_tokens)
-            row["jump_forward" if jf else "no_jump_forward"] = {
-                "tokens": r.usage.completion_tokens, "decode_tps": r.timings.decode_tps, "valid": r.valid,
-                "forward_passes": r.stats.forward_passes, "jumped": r.stats.tokens_jumped, "ttft": r.timings.ttft,
-                "mask_ms_per_pass": 1e3 * r.stats.mask_seconds / max(1, r.stats.masks), "text": r.text[:200]}
-        rows.append(row)
-    return {"cases": rows, "max_tokens": max_tokens}
+    return run_guided_bench(model, E2E_CASES, max_tokens, repeats, e2e_peers(model, peers))
 
 
 # -- report ---------------------------------------------------------------------------------------------
@@ -429,17 +619,20 @@ def markdown(report: dict) -> str:
         out.append(f"Compile time, {vocab} (ms; peers only on schemas we compiled; timeouts excluded):")
         out.append(md_table(["compile", "schemas", "p50", "p99", "max"], crow))
     if "e2e" in report:
-        rows = []
-        for r in report["e2e"]["cases"]:
-            u, j, n = r["unconstrained"], r["jump_forward"], r["no_jump_forward"]
-            rows.append([r["prompt"][:40], f"{u['decode_tps']:.2f}", f"{n['decode_tps']:.2f}", f"{j['decode_tps']:.2f}",
-                         f"{n['decode_tps'] / max(1e-9, u['decode_tps']):.2f}", f"{j['decode_tps'] / max(1e-9, u['decode_tps']):.2f}",
-                         f"{n['tokens']} / {n['forward_passes']}", f"{j['tokens']} / {j['forward_passes']}",
-                         f"{j['mask_ms_per_pass']:.3f}", j["valid"] and n["valid"]])
-        out.append(f"### End to end, Qwen2.5-Coder-0.5B float32, greedy, max {report['e2e']['max_tokens']} tokens")
-        out.append(md_table(["prompt", "unconstrained tok/s", "constrained tok/s (no jump-forward)",
-                             "constrained tok/s (jump-forward)", "ratio (no JF)", "ratio (JF)",
-                             "tokens / passes (no JF)", "tokens / passes (JF)", "mask ms per pass", "valid"], rows))
+        from coreai.bench import GUIDED_HEADER, guided_rows, ratio_base
+
+        e = report["e2e"]
+        out.append(f"### End to end, {e['model']} {e['dtype']}, greedy, max {e['max_tokens']} tokens, median of "
+                   f"{e['repeats']} (variants interleaved); TTFT includes a cold grammar compile")
+        for case in e["cases"]:
+            out.append(f"{case['prompt']} ({case['prompt_tokens']} prompt tokens)")
+            out.append(md_table(GUIDED_HEADER, guided_rows(case)))
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        srows = [[n] + [fmt(r[metric].get(ref)) for metric in ("decode_tps", "ttft") for ref in (ratio_base(n), "jump_forward")]
+                 for n, r in e["summary"].items()]
+        out.append("Geometric means over the cases (base: the same engine unconstrained, ours or mlx-lm; "
+                   "ours: ours constrained with jump-forward):")
+        out.append(md_table(["variant", "decode tok/s x base", "decode tok/s x ours", "TTFT x base", "TTFT x ours"], srows))
     out.append(f"Run time {report['seconds']:.0f} s.")
     return "\n\n".join(out)
 
@@ -452,7 +645,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--peers", default="xgrammar,outlines-core")
     ap.add_argument("--schema-timeout", type=float, default=30.0, help="peer compile watchdog per schema (s)")
     ap.add_argument("--peer-budget", type=float, default=90.0, help="time budget per peer and vocabulary (s)")
-    ap.add_argument("--e2e-tokens", type=int, default=48, help="max tokens per end-to-end generation (0 = skip)")
+    ap.add_argument("--e2e-tokens", type=int, default=32, help="max tokens per end-to-end generation (0 = skip)")
+    ap.add_argument("--e2e-repeats", type=int, default=3, help="end-to-end runs per variant and case (medians)")
+    ap.add_argument("--e2e-peers", default=",".join(E2E_PEERS),
+                    help=f"end-to-end peers driving mlx-lm (also: {', '.join(E2E_PEERS_OPTIONAL)})")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.quick:
@@ -478,17 +674,21 @@ def main(argv=None) -> dict:
             log(f"{vocab}: {peer} done: compiled {entry['peers'][peer].get('compiled')}, fatal {entry['peers'][peer].get('fatal')}")
         report["vocabs"][vocab] = entry
     if args.e2e_tokens:
-        report["e2e"] = bench_e2e(args.e2e_tokens)
+        report["e2e"] = bench_e2e(args.e2e_tokens, args.e2e_repeats, [p for p in args.e2e_peers.split(",") if p])
         log("end to end done")
     report["seconds"] = time.perf_counter() - t_start
     text = markdown(report)
     print(text)
-    out = args.out or RESULTS / ("guided-quick.json" if args.quick else "guided.json")
+    save_report(args.out or RESULTS / ("guided-quick.json" if args.quick else "guided.json"), report, text)
+    return report
+
+
+def save_report(out: Path, report: dict, text: str) -> None:
+    """Write `report` as `out` (JSON) and `text` beside it as .md."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
     out.with_suffix(".md").write_text(text + "\n")
-    log(f"wrote {out}")
-    return report
+    log(f"wrote {out} and {out.with_suffix('.md').name}")
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def machine() -> dict:
     import importlib.metadata as md
 
     versions = {}
-    for name in ("coreai-mlx", "llguidance", "mlx", "mlx-lm", "jsonschema", "transformers", "xgrammar", "outlines-core", "torch"):
+    for name in ("coreai-mlx", "llguidance", "mlx", "mlx-lm", "jsonschema", "transformers", "xgrammar", "outlines-core", "outlines", "torch"):
         try:
             versions[name] = md.version(name)
         except md.PackageNotFoundError:

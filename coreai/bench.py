@@ -1,9 +1,15 @@
-"""Generation benchmark: our loop against mlx-lm's `stream_generate`, same model, same prompt, same
-run (interleaved), medians of n runs after a warm-up. EOS is ignored on both sides so every run
-decodes exactly `gen_tokens` tokens."""
+"""Generation benchmarks, medians of n runs after a warm-up, everything compared in the same run.
+
+- `run_bench`: our loop against mlx-lm's `stream_generate`, same model and prompt. EOS is ignored on
+  both sides so every run decodes exactly `gen_tokens` tokens.
+- `run_guided_bench`: end-to-end guided generation per (prompt, schema): unconstrained decode
+  against constrained decode with jump-forward on and off, and TTFT including a cold grammar compile,
+  greedy, the variants interleaved. Callers may add variants (benchmarks/guided.py adds the peers).
+"""
 
 from __future__ import annotations
 
+import math
 import platform
 import statistics
 import time
@@ -54,8 +60,6 @@ def _mlx_lm(model, prompt, gen_tokens):
 
 def run_bench(model, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int = 3) -> dict:
     """Returns a JSON-ready dict: machine, versions, and per-engine medians plus ours/mlx-lm ratios."""
-    import mlx_lm
-
     prompt = random_prompt(model, prompt_tokens)
     _ours(model, prompt[:16], 4)  # warm-up (kernels, BLAS threads)
     _mlx_lm(model, prompt[:16], 4)
@@ -68,12 +72,22 @@ def run_bench(model, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int 
     }
     ratios = {k: medians["coreai"][k] / medians["mlx_lm"][k] for k in ("prefill_tps", "decode_tps") if medians["mlx_lm"][k]}
     return dict(
+        **_header(model), prompt_tokens=len(prompt),
+        gen_tokens=gen_tokens, runs=runs, median=medians, ratio_coreai_over_mlx_lm=ratios, samples=samples,
+    )
+
+
+def _header(model) -> dict:
+    """Date, machine, versions, model name and compute dtype: the first fields of every report."""
+    import llguidance
+    import mlx_lm
+
+    return dict(
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         machine=dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                      device=str(mx.default_device()), blas=blas_in_use()),
-        versions=dict(mlx=mx.__version__, mlx_lm=mlx_lm.__version__),
-        model=model.name, dtype=str(_leaves(model.network)[0][1]).removeprefix("mlx.core."), prompt_tokens=len(prompt),
-        gen_tokens=gen_tokens, runs=runs, median=medians, ratio_coreai_over_mlx_lm=ratios, samples=samples,
+        versions=dict(mlx=mx.__version__, mlx_lm=mlx_lm.__version__, llguidance=llguidance.__version__),
+        model=model.name, dtype=str(_leaves(model.network)[0][1]).removeprefix("mlx.core."),
     )
 
 
@@ -95,4 +109,186 @@ def format_table(report: dict) -> str:
         lines.append(f"{name:10s} {r['ttft']:8.3f} {r['prefill_tps']:14.1f} {r['decode_tps']:13.2f} {r['peak_memory'] / 2**20:9.0f}")
     ratio = report["ratio_coreai_over_mlx_lm"]
     lines.append("coreai / mlx-lm: " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items()))
+    return "\n".join(lines)
+
+
+# -- guided generation, end to end ------------------------------------------------------------------
+
+def mlx_lm_run(model, prompt_ids: list[int], max_tokens: int, logits_processors=None, start: float | None = None) -> dict:
+    """One greedy `mlx_lm.stream_generate` run on `model`'s network and tokenizer, stopping at EOS.
+
+    logits_processors: mlx-lm processors, `(tokens mx.array [n] int32, logits mx.array [1, V]) -> logits`.
+    start: the `time.perf_counter()` TTFT counts from (default: now), so a caller's compile is included.
+    Returns tokens (EOS excluded), forward_passes, ttft (s), decode_tps (tokens after the first per
+    second, as our `Timings.decode_tps`), text, finish.
+    """
+    from mlx_lm import stream_generate
+
+    start = time.perf_counter() if start is None else start
+    first, parts = None, []
+    for response in stream_generate(model.network, model.tokenizer._wrapper, prompt_ids, max_tokens=max_tokens,
+                                    logits_processors=logits_processors):
+        first = first or time.perf_counter()
+        parts.append(response.text)
+    end = time.perf_counter()
+    tokens = response.generation_tokens - (response.finish_reason == "stop")  # the last one was EOS
+    return dict(tokens=tokens, forward_passes=response.generation_tokens, ttft=first - start,
+                decode_tps=(tokens - 1) / (end - first) if tokens > 1 else 0.0, text="".join(parts),
+                finish=response.finish_reason)
+
+
+def _unconstrained(model, prompt_ids, schema, max_tokens) -> dict:
+    r = model.generate(prompt_ids, max_tokens=max_tokens)
+    return dict(tokens=r.usage.completion_tokens, forward_passes=r.forward_passes, ttft=r.timings.ttft,
+                decode_tps=r.timings.decode_tps, text=r.text, finish=r.finish_reason)
+
+
+def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool) -> dict:
+    from guided import ConstrainedSession, GrammarCache
+    from guided.spec import json_spec
+
+    json_spec.cache_clear()  # make_spec memoizes schema -> spec; cold means both that and the grammar
+    start = time.perf_counter()
+    session = ConstrainedSession(model, schema=schema, jump_forward=jump_forward, cache=GrammarCache(capacity=1))
+    compile_s = time.perf_counter() - start
+    r = session.generate(prompt_ids, max_tokens=max_tokens)
+    s = r.stats
+    return dict(tokens=r.usage.completion_tokens, forward_passes=r.forward_passes, tokens_jumped=s.tokens_jumped,
+                ttft=compile_s + r.timings.ttft, compile_ms=1e3 * compile_s, decode_tps=r.timings.decode_tps,
+                mask_ms_per_pass=1e3 * s.mask_seconds / max(1, s.masks), valid=r.valid, text=r.text,
+                finish=r.finish_reason)
+
+
+GUIDED_VARIANTS = {
+    "unconstrained": _unconstrained,
+    "mlx_lm": lambda model, ids, schema, max_tokens: mlx_lm_run(model, ids, max_tokens),
+    "jump_forward": lambda model, ids, schema, max_tokens: _constrained(model, ids, schema, max_tokens, True),
+    "no_jump_forward": lambda model, ids, schema, max_tokens: _constrained(model, ids, schema, max_tokens, False),
+}
+"""Built-in variants of `run_guided_bench`: ours unconstrained, mlx-lm unconstrained (the peers'
+baseline), ours constrained with jump-forward (our constrained run) and without."""
+
+RATIO_REFERENCES = ("unconstrained", "mlx_lm", "jump_forward")
+
+
+def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra_variants: dict | None = None) -> dict:
+    """End-to-end guided generation, greedy, same prompt ids for every variant.
+
+    cases: [(prompt, schema)]: prompt as `Model.prompt_ids` takes it (text is wrapped in the chat
+        template), schema a JSON Schema dict.
+    max_tokens: completion budget per run (tokens; forced tokens count).
+    repeats: runs per variant and case; each repeat runs the variants in a rotated order so drift
+        (thermal, other processes) hits all of them.
+    extra_variants: {name: fn(model, prompt_ids, schema, max_tokens) -> dict} run beside
+        `GUIDED_VARIANTS` (the peers); the dict has the keys `mlx_lm_run` returns, optionally
+        compile_ms and mask_ms_per_pass. An exception makes the variant a finding (`errors`), not a crash.
+
+    Constrained variants compile from a cold cache inside the timed TTFT. For variants that do not
+    report `valid`, it is finish "stop" and the text validating with `jsonschema` (`guided.check_json`).
+    Returns a JSON-ready dict: per case the samples, their medians (valid: all runs valid), the errors,
+    and ratios of decode tok/s and TTFT to each of `RATIO_REFERENCES`; `summary`: geometric means of
+    the ratios over the cases.
+    """
+    from guided import check_json
+
+    variants = {**GUIDED_VARIANTS, **(extra_variants or {})}
+    cases = [(prompt, schema, model.prompt_ids(prompt)) for prompt, schema in cases]
+    failed: dict[str, str] = {}
+
+    def attempt(name, ids, schema, n, errors):
+        try:
+            return variants[name](model, ids, schema, n)
+        except Exception as exc:  # a peer that cannot run here is a finding, recorded with its message
+            errors[name] = f"{type(exc).__name__}: {exc}"
+        finally:
+            mx.synchronize()  # mlx-lm leaves one step past EOS in flight: keep it out of the next timing
+
+    for name in variants:  # warm-up (kernel compiles, lazy imports); a variant failing here is out
+        attempt(name, cases[0][2], cases[0][1], 2, failed)
+    out = []
+    for prompt, schema, ids in cases:
+        errors = dict(failed)
+        names = [n for n in variants if n not in errors]
+        samples: dict[str, list] = {n: [] for n in names}
+        for r in range(repeats):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                sample = None if name in errors else attempt(name, ids, schema, max_tokens, errors)
+                if sample is not None:
+                    if name not in ("unconstrained", "mlx_lm") and "valid" not in sample:
+                        # as ours: an output cut by max_tokens is not valid, even if its text validates
+                        sample["valid"] = sample["finish"] == "stop" and not check_json(sample["text"], schema)[1]
+                    samples[name].append(sample)
+        median = {n: _median(s) for n, s in samples.items() if s and n not in errors}
+        ratios = {n: {metric: {ref: m[metric] / median[ref][metric] for ref in RATIO_REFERENCES
+                               if ref in median and median[ref][metric]}
+                      for metric in ("decode_tps", "ttft")} for n, m in median.items()}
+        out.append(dict(prompt=prompt if isinstance(prompt, str) else str(prompt), schema=schema,
+                        prompt_tokens=len(ids), median=median, ratios=ratios, errors=errors, samples=samples))
+    summary = {}
+    for n in variants:
+        per_case = [c["ratios"].get(n) for c in out]
+        if all(per_case):
+            summary[n] = {metric: {ref: _geomean([r[metric][ref] for r in per_case])
+                                   for ref in RATIO_REFERENCES if all(ref in r[metric] for r in per_case)}
+                          for metric in ("decode_tps", "ttft")}
+    return dict(**_header(model), max_tokens=max_tokens, repeats=repeats, cases=out, summary=summary)
+
+
+def _median(samples: list[dict]) -> dict:
+    """Medians of the numeric fields; valid: all runs valid; text and finish: the last run's."""
+    out = {}
+    for key, value in samples[0].items():
+        values = [s[key] for s in samples]
+        if isinstance(value, bool):
+            out[key] = all(values)
+        elif isinstance(value, (int, float)):
+            out[key] = statistics.median(values)
+        else:
+            out[key] = values[-1]
+    return out
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+GUIDED_HEADER = ["variant", "decode tok/s", "x base", "x ours", "TTFT s", "TTFT x base", "compile ms", "tokens / passes",
+                 "jumped", "mask ms/pass", "valid", "notes"]
+
+
+def ratio_base(name: str) -> str:
+    """The unconstrained run of the same engine as variant `name`: ours, or mlx-lm for the others."""
+    return "mlx_lm" if name == "mlx_lm" or name not in GUIDED_VARIANTS else "unconstrained"
+
+
+def guided_rows(case: dict) -> list[list[str]]:
+    """`GUIDED_HEADER` rows of a `run_guided_bench` case: one per variant, then one per error (the
+    message in notes). "x base": ratio to the same engine unconstrained (ours, or mlx-lm for the
+    variants driving mlx-lm); "x ours": ratio to ours constrained with jump-forward."""
+    num = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+    rows = []
+    for name, m in case["median"].items():
+        r = case["ratios"][name]
+        base = ratio_base(name)
+        rows.append([name, f"{m['decode_tps']:.2f}", num(r["decode_tps"].get(base), ".3f"),
+                     num(r["decode_tps"].get("jump_forward"), ".3f"), f"{m['ttft']:.3f}", num(r["ttft"].get(base), ".3f"),
+                     num(m.get("compile_ms"), ".1f"), f"{m['tokens']:g} / {m['forward_passes']:g}",
+                     num(m.get("tokens_jumped"), "g"), num(m.get("mask_ms_per_pass"), ".3f"), str(m.get("valid", "-")),
+                     "" if m["finish"] == "stop" else f"finish {m['finish']}"])
+    return rows + [[name] + ["-"] * 10 + [error] for name, error in case["errors"].items()]
+
+
+def format_guided_table(report: dict) -> str:
+    """The `run_guided_bench` report as text: one table per case (`guided_rows`)."""
+    lines = [f"{report['model']} ({report['dtype']}), greedy, max {report['max_tokens']} tokens, median of "
+             f"{report['repeats']}; {report['machine']['device']}, BLAS: {report['machine']['blas']}; "
+             "TTFT includes a cold grammar compile"]
+    for case in report["cases"]:
+        rows = [GUIDED_HEADER] + guided_rows(case)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(GUIDED_HEADER))]
+        lines += ["", f"{case['prompt'][:80]} ({case['prompt_tokens']} prompt tokens)"]
+        lines += ["  ".join(c.ljust(w) if i in (0, len(r) - 1) else c.rjust(w)
+                            for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+    lines += ["", "x base: ratio to the same engine unconstrained (ours, or mlx-lm for the variants driving mlx-lm); "
+              "x ours: ratio to ours constrained with jump-forward"]
     return "\n".join(lines)

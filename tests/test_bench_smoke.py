@@ -26,6 +26,43 @@ def test_guided_bench_quick(tmp_path, qwen_dir):
     assert out.with_suffix(".md").read_text().startswith("Guided benchmark")
 
 
+def test_scaling_bench_quick(tmp_path, qwen_dir):
+    """`python -m benchmarks.scaling --quick` runs without matplotlib and writes every axis (not how fast)."""
+    from benchmarks import scaling
+
+    out = tmp_path / "scaling.json"
+    scaling.main(["--quick", "--no-plot", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["machine"]["versions"]["llguidance"] and saved["plot"].startswith("skipped")
+    qwen = saved["vocabs"]["qwen"]
+    assert qwen["vocab_size"] == 151_936
+    assert set(qwen["points"]) == {"properties", "depth", "enum"}
+    for axis, points in qwen["points"].items():
+        assert [p["x"] for p in points] == scaling.QUICK_AXES[axis]
+        for p in points:
+            assert p["tokens"] > 0
+            assert all(v > 0 for v in p["compile_ms"].values())
+            assert all(p["per_token_us"][k]["mean"] > 0 for k in scaling.TOKEN_KEYS)
+    assert out.with_suffix(".md").read_text().startswith("Scaling benchmark")
+    assert not out.with_suffix(".png").exists()
+
+
+def test_scaling_cases_are_valid():
+    """The synthetic instances are valid against their schemas, in the sizes the axes name."""
+    import jsonschema
+
+    from benchmarks import scaling
+    from conformance.common import serialize
+
+    for axis, make in scaling.CASES.items():
+        for x in scaling.AXES[axis][:3]:
+            schema, value = make(x)
+            jsonschema.validate(value, schema)
+    assert len(scaling.properties_case(16)[0]["required"]) == 16
+    assert len(scaling.enum_case(128)[0]["properties"]["choice"]["enum"]) == 128
+    assert serialize(scaling.depth_case(3)[1]) == '{"child":{"child":{"value":"x"}}}'
+
+
 def test_outlines_vocabulary_bytes():
     """The hub-free outlines-core vocabulary maps byte-level and SentencePiece spellings to bytes."""
     pytest.importorskip("outlines_core")

@@ -73,3 +73,29 @@ def test_schema_true_inline(tiny_model_dir, capsys):
                  "--temperature", "0.8", "--seed", "2"])
     out, err = capsys.readouterr()
     assert code == 0 and json.loads(out) is not None or "invalid output" in err
+
+
+@pytest.mark.model
+def test_bench_guided_on_the_real_model(qwen_model, tmp_path, capsys, monkeypatch):
+    """`coreai bench --guided` end to end on the real Qwen model (tiny settings): the report has its
+    fields and every constrained output is valid. Not how fast."""
+    from coreai.commands import common
+
+    monkeypatch.setattr(common, "load_model", lambda args: qwen_model)  # the session's model: no second load
+    schema = tmp_path / "n.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+    out = tmp_path / "guided.json"
+    assert main(["bench", "--guided", str(schema), "--prompt", "Give n = 7 as JSON.", "-g", "8", "-n", "1",
+                 "--output-json", str(out)]) == 0
+    assert "jump_forward" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["versions"]["llguidance"] and report["max_tokens"] == 8 and report["repeats"] == 1
+    (case,) = report["cases"]
+    assert not case["errors"] and set(case["median"]) == {"unconstrained", "mlx_lm", "jump_forward", "no_jump_forward"}
+    for name in ("jump_forward", "no_jump_forward"):
+        m = case["median"][name]
+        assert m["valid"] and isinstance(json.loads(m["text"])["n"], int)
+        for key in ("decode_tps", "ttft", "compile_ms", "tokens", "forward_passes", "tokens_jumped", "mask_ms_per_pass"):
+            assert key in m
+        assert case["ratios"][name]["decode_tps"]["unconstrained"] > 0 and case["ratios"][name]["ttft"]["unconstrained"] > 0
+    assert case["median"]["no_jump_forward"]["tokens_jumped"] == 0

@@ -7,7 +7,6 @@ transformers on tiny random Hugging Face checkpoints of every family.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest

@@ -1,4 +1,5 @@
-"""`coreai bench MODEL [-p 512 -g 128 -n 3 --output-json FILE]`."""
+"""`coreai bench MODEL [-p 512 -g 128 -n 3 --output-json FILE]` and
+`coreai bench MODEL --guided SCHEMA_FILE [--prompt TEXT] [-g N] [-n RUNS] [--output-json FILE]`."""
 
 from __future__ import annotations
 
@@ -12,19 +13,34 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="prefill/decode tok/s, TTFT and peak memory, against mlx-lm in the same run")
     p.add_argument("model", nargs="?", default=None)
     p.add_argument("-p", "--prompt-tokens", type=int, default=512)
-    p.add_argument("-g", "--gen-tokens", type=int, default=128)
+    p.add_argument("-g", "--gen-tokens", type=int, default=128, help="tokens to generate (guided: the max_tokens)")
     p.add_argument("-n", "--runs", type=int, default=3)
+    p.add_argument("--guided", type=Path, metavar="SCHEMA_FILE",
+                   help="end-to-end guided bench on this JSON Schema: unconstrained vs constrained decode tok/s, "
+                        "jump-forward on/off, TTFT with a cold compile")
+    p.add_argument("--prompt", help="the --guided prompt (default: asks for a JSON value of the schema)")
     p.add_argument("--output-json", type=Path)
     common.add_model_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from coreai.bench import format_table, run_bench
+    from coreai.bench import format_guided_table, format_table, run_bench, run_guided_bench
 
+    if args.guided:
+        text = args.guided.read_text()
+        try:
+            schema = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{args.guided}: not JSON ({exc})") from None
+        prompt = args.prompt or f"Reply with a JSON value that matches this JSON Schema:\n{text.strip()}"
     model = common.load_model(args)
-    report = run_bench(model, args.prompt_tokens, args.gen_tokens, args.runs)
-    print(format_table(report))
+    if args.guided:
+        report = run_guided_bench(model, [(prompt, schema)], args.gen_tokens, args.runs)
+        print(format_guided_table(report))
+    else:
+        report = run_bench(model, args.prompt_tokens, args.gen_tokens, args.runs)
+        print(format_table(report))
     if args.output_json:
         args.output_json.parent.mkdir(parents=True, exist_ok=True)
         args.output_json.write_text(json.dumps(report, indent=2))
