@@ -82,5 +82,12 @@ class Tokenizer:
 
     def detokenizer(self):
         """A fresh streaming detokenizer (mlx-lm's): `add_token(id)`, `last_segment`, `finalize()`.
-        It holds back incomplete UTF-8 sequences, so segments never split a character."""
-        return self._wrapper.detokenizer
+        It holds back incomplete UTF-8 sequences, so segments never split a character. The text is
+        exactly the tokens' text: mlx-lm drops the first leading space (a display choice), which would
+        turn a grammar's " yes" into "yes", an output outside the grammar."""
+        detokenizer = self._wrapper.detokenizer
+        if hasattr(detokenizer, "_maybe_trim_space"):  # BPEStreamingDetokenizer
+            detokenizer._maybe_trim_space = lambda text: text
+        if hasattr(detokenizer, "trim_space"):  # SPMStreamingDetokenizer
+            detokenizer.trim_space = False
+        return detokenizer

@@ -55,6 +55,13 @@ def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, capsys, argv, message)
     assert err.startswith(f"coreai {argv[0]}: error: ") and message in err
 
 
+@pytest.mark.parametrize("flag", ["-n", "-g", "-p"])
+def test_bench_counts_must_be_positive(capsys, flag):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", flag, "0"])
+    assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "coreai.cli", "models", "list"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -203,3 +203,8 @@ def test_generation_spells_added_token_text(qwen_model):
     result = ConstrainedSession(qwen_model, schema=schema).generate("Say anything.", max_tokens=30)
     assert result.finish_reason == "stop" and result.valid, (result.text, result.errors)
     assert result.value == {"t": "a <|im_end|> </tool_call>"}
+
+
+def test_choice_with_a_leading_space_is_returned_exactly(qwen_model):
+    result = ConstrainedSession(qwen_model, choices=[" yes", " no"]).generate("Is water wet?", max_tokens=4)
+    assert result.valid and result.text in (" yes", " no"), repr(result.text)

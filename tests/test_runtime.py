@@ -213,3 +213,16 @@ def test_real_qwen_answers_a_factual_question(qwen_model):
     assert "Paris" in result.text
     assert result.finish_reason in ("stop", "length")
     assert result.timings.ttft > 0 and result.usage.prompt_tokens > 10
+
+
+@pytest.mark.parametrize("vocab", ["qwen", "gemma"])
+@pytest.mark.parametrize("text", [" yes", " 1, 2", "  two spaces", "\n<end>"])
+def test_streamed_text_keeps_a_leading_space(vocab, text, request):
+    """The streamed text is exactly the tokens' text: mlx-lm's detokenizers drop a leading space by
+    default, which turned a grammar's " yes" into "yes" (an output outside the choices)."""
+    tok = request.getfixturevalue(f"{vocab}_tokenizer")
+    detok = tok.detokenizer()
+    for i in tok.hf.encode(text, add_special_tokens=False):
+        detok.add_token(i)
+    detok.finalize()
+    assert detok.text == text

@@ -193,6 +193,13 @@ def test_tool_calls_constrained_tiny(tiny, tool_choice, names):
     jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
+def test_stop_string_inside_a_forced_tool_call_is_an_error(tiny):
+    """A stop string that cuts a call the grammar requires is not a normal stop."""
+    r = client(tiny).chat.completions.create(model="tiny", messages=USER, tools=UNIT_TOOLS, tool_choice="required",
+                                             parallel_tool_calls=False, max_tokens=40, stop=['"name'])
+    assert r.choices[0].finish_reason == "error" and not r.choices[0].message.tool_calls
+
+
 def test_tool_call_stream_deltas(tiny):
     stream = client(tiny).chat.completions.create(model="tiny", messages=USER, tools=UNIT_TOOLS, tool_choice="required",
                                                   parallel_tool_calls=False, max_tokens=40, stream=True)

@@ -12,9 +12,9 @@ from coreai.commands import common
 def register(sub) -> None:
     p = sub.add_parser("bench", help="prefill/decode tok/s, TTFT and peak memory, against mlx-lm in the same run")
     p.add_argument("model", nargs="?", default=None)
-    p.add_argument("-p", "--prompt-tokens", type=int, default=512)
-    p.add_argument("-g", "--gen-tokens", type=int, default=128, help="tokens to generate (guided: the max_tokens)")
-    p.add_argument("-n", "--runs", type=int, default=3)
+    p.add_argument("-p", "--prompt-tokens", type=common.positive_int, default=512)
+    p.add_argument("-g", "--gen-tokens", type=common.positive_int, default=128, help="tokens to generate (guided: the max_tokens)")
+    p.add_argument("-n", "--runs", type=common.positive_int, default=3)
     p.add_argument("--guided", type=Path, metavar="SCHEMA_FILE",
                    help="end-to-end guided bench on this JSON Schema: unconstrained vs constrained decode tok/s, "
                         "jump-forward on/off, TTFT with a cold compile")

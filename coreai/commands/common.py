@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a clear usage error instead of a traceback later)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def add_model_args(p) -> None:

@@ -95,6 +95,9 @@ class Engine:
                     yield Piece(delta.text, logprobs)
                 if delta.result is not None:
                     r = delta.result
+                    if strategy is not None and r.finish_reason == "stop" and not strategy.complete:
+                        # a stop string cut what the grammar still required (e.g. inside a tool call)
+                        r.finish_reason, r.error = "error", "a stop string ended the output before its grammar completed"
                     log.info("prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, finish %s",
                              r.usage.prompt_tokens, r.usage.cached_tokens, r.timings.ttft, r.usage.completion_tokens,
                              r.timings.decode_tps, r.finish_reason)
