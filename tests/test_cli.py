@@ -45,10 +45,13 @@ def test_generate_choice_and_stream(tiny_model_dir, capsys):
         (["generate", "{tiny}", "--prompt", "x", "--seed", "-1"], "seed"),
         (["generate", "{tiny}", "--prompt", "x", "--max-tokens", "0"], "max-tokens"),
         (["generate", "{tiny}", "--prompt", "x", "--schema", "false"], "false"),
+        (["bench", "{tiny}", "--guided", "{unenforceable}", "-g", "2", "-n", "1"], "not"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, capsys, argv, message):
-    argv = [a.replace("{tiny}", str(tiny_model_dir)) for a in argv]
+def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv, message):
+    unenforceable = tmp_path / "not.json"
+    unenforceable.write_text('{"type": "object", "properties": {"a": {"not": {"type": "string"}}}}')
+    argv = [a.replace("{tiny}", str(tiny_model_dir)).replace("{unenforceable}", str(unenforceable)) for a in argv]
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -36,6 +36,9 @@ def run(args) -> int:
         prompt = args.prompt or f"Reply with a JSON value that matches this JSON Schema:\n{text.strip()}"
     model = common.load_model(args)
     if args.guided:
+        from guided import ConstrainedSession
+
+        ConstrainedSession(model, schema=schema)  # an invalid or unenforceable schema fails here, before any timing
         report = run_guided_bench(model, [(prompt, schema)], args.gen_tokens, args.runs)
         print(format_guided_table(report))
     else:
