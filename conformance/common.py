@@ -12,7 +12,6 @@ import platform
 import time
 from pathlib import Path
 
-
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 
 REPO = Path(__file__).resolve().parents[1]

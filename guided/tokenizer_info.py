@@ -49,8 +49,8 @@ class TokenizerInfo:
     key: int
 
 
-def _engine_vocabulary(hf_tokenizer) -> tuple[str, set[int]]:
-    """The tokenizer's `tokenizer.json` text without `[PAD<id>]` entries, and their ids.
+def _engine_vocabulary(hf_tokenizer) -> tuple[dict, set[int]]:
+    """The tokenizer's `tokenizer.json` (parsed) without `[PAD<id>]` entries, and their ids.
 
     Raises ValueError for slow (non-Rust) tokenizers, which llguidance cannot read.
     """
@@ -68,7 +68,7 @@ def _engine_vocabulary(hf_tokenizer) -> tuple[str, set[int]]:
         padding = {i for t, i in vocab.items() if t == f"[PAD{i}]"}
         for i in padding:
             del vocab[f"[PAD{i}]"]
-    return json.dumps(spec), padding
+    return spec, padding
 
 
 class _EngineTokenizer:
@@ -99,11 +99,11 @@ def build_tokenizer_info(hf_tokenizer, vocab_size: int, eos_ids) -> TokenizerInf
     eos = tuple(sorted(set(int(i) for i in eos_ids)))
     if not eos:
         raise ValueError("at least one EOS id is needed: the grammar signals its end through it")
-    text, pad_entries = _engine_vocabulary(hf_tokenizer)
+    spec, pad_entries = _engine_vocabulary(hf_tokenizer)
     if len(hf_tokenizer) > vocab_size:
         raise ValueError(f"the tokenizer has {len(hf_tokenizer)} tokens but the model only {vocab_size} logits")
-    ll = llguidance.LLTokenizer(text, n_vocab=vocab_size, eos_token=list(eos))
-    wrapper = llguidance.TokenizerWrapper(_EngineTokenizer(ll, json.loads(text), eos[0]))
+    ll = llguidance.LLTokenizer(json.dumps(spec), n_vocab=vocab_size, eos_token=list(eos))
+    wrapper = llguidance.TokenizerWrapper(_EngineTokenizer(ll, spec, eos[0]))
     ll = llguidance.LLTokenizer(wrapper, n_vocab=vocab_size, eos_token=list(eos))
     padding = frozenset(pad_entries) | frozenset(range(len(hf_tokenizer), vocab_size))
     return TokenizerInfo(ll, vocab_size, eos, padding, next(_keys))

@@ -46,6 +46,7 @@ def test_generate_choice_and_stream(tiny_model_dir, capsys):
         (["generate", "{tiny}", "--prompt", "x", "--max-tokens", "0"], "max-tokens"),
         (["generate", "{tiny}", "--prompt", "x", "--schema", "false"], "false"),
         (["bench", "{tiny}", "--guided", "{unenforceable}", "-g", "2", "-n", "1"], "not"),
+        (["bench", "{tiny}", "--guided", "/", "-g", "2", "-n", "1"], "cannot read the schema file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv, message):

@@ -28,7 +28,10 @@ def run(args) -> int:
     from coreai.bench import format_guided_table, format_table, run_bench, run_guided_bench
 
     if args.guided:
-        text = args.guided.read_text()
+        try:
+            text = args.guided.read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read the schema file {args.guided}: {exc.strerror}") from None
         try:
             schema = json.loads(text)
         except ValueError as exc:
