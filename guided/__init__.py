@@ -4,13 +4,14 @@ rollback and EOS gating. `ConstrainedSession` is the entry point."""
 
 from guided.bitmask import TokenBitmask, apply_token_bitmask
 from guided.cache import CacheStats, GrammarCache, default_cache
-from guided.compiler import CompiledGrammar, LLGuidanceBackend, NotEnforced, compile_grammar
+from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend, NotEnforced, compile_grammar
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
-from guided.matcher import GrammarBackend, GrammarMatcher
-from guided.session import ConstrainedSession, GuidedResult, check_json
+from guided.matcher import GrammarMatcher
+from guided.session import ConstrainedSession, GuidedResult
 from guided.spec import GrammarSpec, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import TokenizerInfo, build_tokenizer_info, get_tokenizer_info
+from guided.validation import check_json
 
 __all__ = [
     "CacheStats", "CompiledGrammar", "ConstrainedDecodingStrategy", "ConstrainedSession", "GrammarBackend",

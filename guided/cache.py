@@ -11,8 +11,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from guided.compiler import CompiledGrammar, LLGuidanceBackend
-from guided.matcher import GrammarBackend
+from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend
 from guided.spec import GrammarSpec
 from guided.tokenizer_info import TokenizerInfo
 

@@ -14,6 +14,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from llguidance import LLMatcher, LLParserLimits
 
@@ -176,6 +177,15 @@ def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParse
         else:
             warnings.append(message)
     return CompiledGrammar(spec, tokenizer, template, tuple(not_enforced), tuple(warnings), time.perf_counter() - t0)
+
+
+class GrammarBackend(Protocol):
+    """A grammar engine: compiles a spec for a tokenizer; the result makes per-generation matchers."""
+
+    name: str
+
+    def compile(self, spec: GrammarSpec, tokenizer: TokenizerInfo) -> CompiledGrammar:
+        """Raises SchemaError / UnsupportedSchemaFeature / GrammarError (guided.errors)."""
 
 
 class LLGuidanceBackend:

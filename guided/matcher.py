@@ -1,5 +1,4 @@
-"""`GrammarMatcher`: one generation's grammar state over llguidance's `LLMatcher`, and the
-`GrammarBackend` interface a second engine would implement.
+"""`GrammarMatcher`: one generation's grammar state over llguidance's `LLMatcher`.
 
 The engine never raises for grammar-level problems: a rejected token or a limit hit puts the matcher
 in an error state it never leaves (`error` then says why). Methods here return False in that case.
@@ -7,25 +6,13 @@ in an error state it never leaves (`error` then says why). Methods here return F
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 from llguidance import LLMatcher
 
 if TYPE_CHECKING:
-    from guided.compiler import CompiledGrammar
-    from guided.spec import GrammarSpec
     from guided.tokenizer_info import TokenizerInfo
-
-
-class GrammarBackend(Protocol):
-    """A grammar engine: compiles a spec for a tokenizer; the result makes per-generation matchers."""
-
-    name: str
-
-    def compile(self, spec: "GrammarSpec", tokenizer: "TokenizerInfo") -> "CompiledGrammar":
-        """Raises SchemaError / UnsupportedSchemaFeature / GrammarError (guided.errors)."""
-
 
 class GrammarMatcher:
     """The grammar state of one generation. Not thread-safe; make one per generation.

@@ -8,21 +8,18 @@ compiled grammars are.
 
 from __future__ import annotations
 
-import functools
-import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-import idna
-import jsonschema
 import mlx.core as mx
 
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
 from guided.compiler import NotEnforced
-from guided.spec import JSON_KINDS, make_spec, pointer
+from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import get_tokenizer_info
+from guided.validation import check_json
 from runtime.generate import Delta, GenerationResult
 from runtime.sampling import SamplingParams
 
@@ -155,45 +152,3 @@ class ConstrainedSession:
     def is_terminated(self) -> bool:
         """True when only EOS can follow (the grammar is complete) or the matcher is in an error state."""
         return self.matcher.is_terminated()
-
-
-def _hostname_labels_ok(instance) -> bool:
-    """RFC 5890/5891 label rules that jsonschema's `hostname` check (the fqdn package) leaves out:
-    "--" in positions 3-4 only in an A-label ("xn--"), and an A-label must decode (the idna package)."""
-    if not isinstance(instance, str):
-        return True
-    for label in instance.split("."):
-        if label[2:4] == "--":
-            if not label.lower().startswith("xn--"):
-                return False
-            try:
-                idna.decode(label)
-            except idna.IDNAError:
-                return False
-    return True
-
-
-@functools.lru_cache(maxsize=None)
-def _format_checker(cls) -> jsonschema.FormatChecker:
-    """The draft's format checker with a stricter `hostname` (see `_hostname_labels_ok`)."""
-    # FormatChecker(names) would look the names up in the registry shared by all drafts, where "time"
-    # is draft 3's "%H:%M:%S"; copy this draft's own functions instead.
-    checker = jsonschema.FormatChecker(())
-    checker.checkers = dict(cls.FORMAT_CHECKER.checkers)
-    if "hostname" in checker.checkers:
-        base, raises = checker.checkers["hostname"]
-        checker.checks("hostname", raises)(lambda value: base(value) and _hostname_labels_ok(value))
-    return checker
-
-
-def check_json(text: str, schema) -> tuple[Any, list[str]]:
-    """(parsed value or None, errors): `text` parsed as JSON and validated against `schema` with
-    `jsonschema` (format assertions on). Errors are "<JSON pointer>: <message>"."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, [f"not JSON: {exc}"]
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = cls(schema, format_checker=_format_checker(cls))
-    errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator.iter_errors(value)]
-    return value, errors
