@@ -48,13 +48,15 @@ def apply_token_bitmask(logits: mx.array, bitmask: mx.array) -> mx.array:
 class TokenBitmask:
     """Double-buffered bitmasks for one session: `batch` rows of `words = ceil(vocab_size / 32)` int32.
 
-    `fill(matcher, row)` switches to the other buffer and lets the matcher write its mask there;
+    `fill(matcher, row)` lets the matcher write its mask into row `row`; filling row 0 starts a new
+    mask and switches to the other buffer first, so rows 0..n of one step are filled in order.
     `current` is the buffer last filled (mx.array [batch, words] int32). Allocated once; no per-token
     allocation or copy. Raises RuntimeError at construction if MLX does not share its buffer.
     """
 
     def __init__(self, vocab_size: int, batch: int = 1, buffers: int = 2):
         self.vocab_size = vocab_size
+        self.batch = batch
         self.words = (vocab_size + 31) // 32
         # From NumPy, so each buffer has its own contiguous storage (mx.zeros may be a broadcast scalar).
         self.arrays = [mx.array(np.zeros((batch, self.words), np.int32)) for _ in range(buffers)]
@@ -73,11 +75,16 @@ class TokenBitmask:
         return self.arrays[self.index]
 
     def fill(self, matcher, row: int = 0) -> mx.array:
-        """Fill row `row` of the next buffer from `matcher` (a `GrammarMatcher`); return that buffer."""
-        self.index = (self.index + 1) % len(self.arrays)
+        """Fill row `row` from `matcher` (a `GrammarMatcher`), in the next buffer when `row` is 0;
+        return that buffer. Raises IndexError for a row outside [0, batch)."""
+        if not 0 <= row < self.batch:
+            raise IndexError(f"row {row} outside this bitmask's {self.batch} rows")
+        if row == 0:
+            self.index = (self.index + 1) % len(self.arrays)
         matcher.fill_bitmask_at(self.addresses[self.index] + row * self.words * 4, self.words * 4)
         return self.arrays[self.index]
 
     def apply(self, logits: mx.array) -> mx.array:
-        """`apply_token_bitmask(logits, current)`."""
-        return apply_token_bitmask(logits, self.current)
+        """`apply_token_bitmask(logits, current)` for logits [rows, V] or [V]: the first rows of `current`."""
+        rows = 1 if logits.ndim == 1 else logits.shape[0]
+        return apply_token_bitmask(logits, self.current[:rows] if rows < self.batch else self.current)

@@ -6,6 +6,7 @@ in an error state it never leaves (`error` then says why). Methods here return F
 
 from __future__ import annotations
 
+import ctypes
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,26 +26,50 @@ class GrammarMatcher:
         self._template = template  # the compiled grammar's start state, shared and never advanced
         self._m = template.deep_copy()
         self.tokenizer = tokenizer
+        self.eos_ids = frozenset(tokenizer.eos_ids)
         self.words = (tokenizer.vocab_size + 31) // 32
-        self.num_accepted = 0  # tokens that rollback can remove
+        self.num_accepted = 0  # tokens that rollback can remove, the final EOS included
+        # llguidance 1.9.1 accepts EOS without counting it for rollback (rollback(1) then undoes the
+        # token before it) and ignores tokens after it, so the final EOS is tracked here.
+        self._ended = False
+        self._error = ""
 
     def accept_token(self, token: int) -> bool:
-        """Advance by one token. False (and error state) if the grammar does not allow it."""
+        """Advance by one token. False (and error state) if the grammar does not allow it: a token
+        outside the grammar, EOS where the grammar cannot end, or any token after EOS."""
+        if self._ended:
+            self._error = f"token {token} after the end of the grammar (EOS was accepted)"
+            return False
+        if token in self.eos_ids and self._m.is_accepting() and not self._m.is_error():
+            self._ended = True
+            self.num_accepted += 1
+            return True
         ok = self._m.consume_token(token)
         self.num_accepted += ok
         return ok
 
     def accept_tokens(self, tokens: list[int]) -> bool:
         """Advance by several tokens; False (and error state) at the first one not allowed."""
-        n = self._m.try_consume_tokens(tokens)
-        self.num_accepted += n
-        if n < len(tokens):
-            return self._m.consume_token(tokens[n])  # puts the matcher in its error state, with the reason
-        return True
+        return all(self.accept_token(t) for t in tokens)
+
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many leading `tokens` the grammar allows from here, EOS excluded (a draft never
+        ends the output); does not change the state."""
+        end = next((i for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens))
+        if self._ended or not end:
+            return 0
+        return self._m.validate_tokens(tokens[:end])
 
     def fill_bitmask_at(self, address: int, nbytes: int) -> None:
-        """Write the next-token mask (one row, `nbytes == 4 * words`) at a raw address. Drops the GIL."""
-        self._m.unsafe_compute_mask_ptr(address, nbytes)
+        """Write the next-token mask (one row, `nbytes == 4 * words`) at a raw address. Drops the GIL.
+        After the final EOS or a token refused after it, only EOS is allowed."""
+        if not (self._ended or self._error):
+            self._m.unsafe_compute_mask_ptr(address, nbytes)
+            return
+        row = np.ctypeslib.as_array((ctypes.c_uint32 * (nbytes // 4)).from_address(address))
+        row[:] = 0
+        for t in self.eos_ids:
+            row[t // 32] |= np.uint32(1 << (t % 32))
 
     def fill_next_token_bitmask(self, bitmask: np.ndarray, row: int = 0) -> None:
         """Write the next-token mask into row `row` of `bitmask` (np.ndarray int32 [batch, words], C-contiguous).
@@ -56,12 +81,12 @@ class GrammarMatcher:
         self.fill_bitmask_at(bitmask.ctypes.data + row * self.words * 4, self.words * 4)
 
     def is_accepting(self) -> bool:
-        """True if the text so far is a complete match (EOS would be allowed now)."""
-        return self._m.is_accepting()
+        """True if the text so far is a complete match (EOS would be allowed now, or was accepted)."""
+        return not self.error and (self._ended or self._m.is_accepting())
 
     def is_terminated(self) -> bool:
-        """True if no further token but EOS can be accepted (complete, or in an error state)."""
-        return self._m.is_stopped()
+        """True if no further token but EOS can be accepted (complete, EOS accepted, or an error state)."""
+        return self._ended or bool(self._error) or self._m.is_stopped()
 
     def jump_forward_tokens(self) -> list[int]:
         """Tokens the grammar forces from here (canonical tokenization); does not change the state."""
@@ -72,22 +97,30 @@ class GrammarMatcher:
         return self._m.compute_ff_bytes().decode("utf-8", errors="replace")
 
     def rollback(self, n: int) -> bool:
-        """Undo the last `n` accepted tokens (any number up to all of them). False if n is more than
-        were accepted (the state is left unchanged then)."""
-        if not 0 <= n <= self.num_accepted:
+        """Undo the last `n` accepted tokens (any number up to all of them, the final EOS first).
+        False, with the state unchanged, if n is more than were accepted or the matcher is in an
+        error state (use `reset`)."""
+        if not 0 <= n <= self.num_accepted or self.error:
             return False
-        ok = self._m.rollback(n)
+        if n and self._ended:
+            self._ended = False
+            self.num_accepted -= 1
+            n -= 1
+        if n and not self._m.rollback(n):
+            return False
         self.num_accepted -= n
-        return ok
+        return True
 
     def reset(self) -> None:
         """Back to the grammar's start, also from a finished or error state (LLMatcher.reset keeps an
         error, so this takes a fresh copy of the start state: microseconds)."""
         self._m = self._template.deep_copy()
         self.num_accepted = 0
+        self._ended = False
+        self._error = ""
 
     @property
     def error(self) -> str:
         """The engine's error message, or "" when not in an error state."""
         # Non-verbose limits (see compiler.default_limits) leave a "<non-verbose/>" marker in messages.
-        return self._m.get_error().replace("<non-verbose/>", "").strip()
+        return self._error or self._m.get_error().replace("<non-verbose/>", "").strip()

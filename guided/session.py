@@ -9,7 +9,7 @@ compiled grammars are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 
@@ -56,29 +56,49 @@ class ConstrainedSession:
 
     Options: any_whitespace (False), strict (True), lenient (False): see `guided.spec`.
     jump_forward (True): append grammar-forced tokens without sampling.
+    speculative (None): the default for `stream`/`generate`: "prompt_lookup", "draft" (the model's
+        `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
+    max_draft (8): the longest speculative draft (the bitmask has max_draft + 1 rows).
+    check: an extra final check of the output text, `check(text) -> list of errors` (the server
+        checks each tool call's arguments with it); errors make the result invalid.
     cache: the compiled-grammar cache (the process-wide `default_cache` by default).
+
+    This object is the one guided path: the Python API, the CLI and the server all go from spec to
+    compiled grammar to strategy to verdict through it.
 
     Raises SchemaError (pointer), UnsupportedSchemaFeature (keyword, pointer), GrammarError, ValueError.
     """
 
     def __init__(self, model, *, schema=None, json_object: bool = False, regex: str | None = None, choices=None,
                  grammar: str | None = None, any_whitespace: bool = False, strict: bool = True,
-                 lenient: bool = False, jump_forward: bool = True, cache: GrammarCache | None = None):
+                 lenient: bool = False, jump_forward: bool = True, speculative=None, max_draft: int = 8,
+                 check: Callable[[str], list[str]] | None = None, cache: GrammarCache | None = None):
         self.model = model
         self.spec = make_spec(schema=schema, json_object=json_object, regex=regex, choices=choices, grammar=grammar,
                               any_whitespace=any_whitespace, strict=strict, lenient=lenient)
         self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
         self.compiled = (cache or default_cache).get(self.spec, self.tokenizer_info)
         self.jump_forward = jump_forward
-        self.bitmask = TokenBitmask(model.vocab_size)
+        self.speculative = speculative
+        self.max_draft = max_draft
+        self.check = check
+        self._bitmask: TokenBitmask | None = None
         self.matcher = self.compiled.matcher()  # the low-level calls' state
+
+    @property
+    def bitmask(self) -> TokenBitmask:
+        """This session's bitmask buffers ([max_draft + 1, words] int32, two of them), allocated on
+        first use, so on the thread that generates (the server builds sessions on request threads)."""
+        if self._bitmask is None:
+            self._bitmask = TokenBitmask(self.model.vocab_size, batch=self.max_draft + 1)
+        return self._bitmask
 
     # -- generation ---------------------------------------------------------------------------------
 
     def strategy(self, sampling: SamplingParams | None = None, logprobs: bool = False) -> ConstrainedDecodingStrategy:
         """A fresh `ConstrainedDecodingStrategy` for one generation, sharing this session's bitmask."""
-        return ConstrainedDecodingStrategy(self.compiled, sampling, bitmask=self.bitmask,
-                                           jump_forward=self.jump_forward, want_logprobs=logprobs)
+        return ConstrainedDecodingStrategy(self.compiled, sampling, bitmask=self.bitmask, jump_forward=self.jump_forward,
+                                           want_logprobs=logprobs, max_draft=self.max_draft)
 
     def stream(self, prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
                top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
@@ -87,11 +107,13 @@ class ConstrainedSession:
 
         prompt: text, chat messages or token ids (as `Model.stream`). `sampling` overrides the
         individual sampling arguments. Other keyword arguments go to `Model.stream` (e.g. `tools`,
-        `cancel`, `prompt_cache`, `chat_template`, `logprobs`). Raises ValueError for bad parameters.
+        `cancel`, `prompt_cache`, `chat_template`, `logprobs`, `speculative`, `stop`). Raises
+        ValueError for bad parameters.
         """
         sampling = sampling or SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                                               repetition_penalty=repetition_penalty, seed=seed)
-        strategy = self.strategy(sampling.validate(), kwargs.get("logprobs", False))
+        kwargs.setdefault("speculative", self.speculative)
+        strategy = self.strategy(sampling, kwargs.get("logprobs", False))
         for delta in self.model.stream(prompt, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):
             if delta.result is not None:
                 delta.result = self._verdict(delta.result, strategy)
@@ -105,17 +127,27 @@ class ConstrainedSession:
         raise AssertionError("stream ended without a result")
 
     def _verdict(self, result: GenerationResult, strategy: ConstrainedDecodingStrategy) -> GuidedResult:
+        """The grammar's and the final check's verdict. An output that ended "stop" but is not valid
+        (a stop string cut what the grammar still required; the final check failed) is reported
+        with finish_reason "error": never invalid output presented as a normal stop."""
         complete = result.finish_reason == "stop" and strategy.complete
         errors: list[str] = []
         if result.finish_reason == "error":
             errors.append(result.error or strategy.error or "grammar engine error")
+        elif result.finish_reason == "stop" and not complete:
+            errors.append("incomplete: a stop string ended the output before its grammar was complete")
         elif not complete:
             errors.append(f"incomplete: generation ended ({result.finish_reason}) before the grammar was complete")
         value = None
-        if self.spec.kind in JSON_KINDS and complete:
+        if complete and self.spec.kind in JSON_KINDS:
             value, json_errors = check_json(result.text, self.spec.schema)
             errors += json_errors
-        return GuidedResult(**vars(result), value=value, complete=complete, valid=complete and not errors,
+        if complete and self.check is not None:
+            errors += self.check(result.text)
+        fields = vars(result)
+        if result.finish_reason == "stop" and errors:
+            fields = dict(fields, finish_reason="error", error="; ".join(errors))
+        return GuidedResult(**fields, value=value, complete=complete, valid=complete and not errors,
                             errors=errors, stats=strategy.stats, not_enforced=self.compiled.not_enforced,
                             compile_seconds=self.compiled.compile_seconds)
 

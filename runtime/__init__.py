@@ -5,12 +5,13 @@ from runtime.errors import ModelNotFound
 from runtime.generate import Delta, GenerationResult, Timings, Usage, stream_tokens
 from runtime.model import Model, load_model
 from runtime.prompt_cache import PromptCache
-from runtime.sampling import SamplingParams, SamplingStrategy, TokenHistory, process_logits
-from runtime.strategy import DecodingStrategy, Step
+from runtime.sampling import SamplingParams, SamplingStrategy, TokenHistory, TokenSampler
+from runtime.speculative import DraftModel, PromptLookup, make_drafter
+from runtime.strategy import DecodingStrategy, Drafter, Step
 from runtime.tokenizer import Tokenizer
 
 __all__ = [
-    "DecodingStrategy", "Delta", "GenerationResult", "Model", "ModelNotFound", "PromptCache",
-    "SamplingParams", "SamplingStrategy", "Step", "Timings", "Tokenizer", "TokenHistory", "Usage",
-    "load_model", "process_logits", "stream_tokens",
+    "DecodingStrategy", "Delta", "DraftModel", "Drafter", "GenerationResult", "Model", "ModelNotFound",
+    "PromptCache", "PromptLookup", "SamplingParams", "SamplingStrategy", "Step", "Timings", "Tokenizer",
+    "TokenHistory", "TokenSampler", "Usage", "load_model", "make_drafter", "stream_tokens",
 ]

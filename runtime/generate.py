@@ -1,13 +1,15 @@
 """The generation loop: chunked prefill, decode with mlx-lm's KV caches, one `DecodingStrategy`
-step per forward pass, stop handling and UTF-8-safe streaming.
+step per forward pass, speculative drafts, stop handling and UTF-8-safe streaming.
 
-Our own loop exists because jump-forward (several tokens appended in one forward pass) and rollback
-(KV-cache trimming) need control that mlx-lm's `generate_step` does not give. Per iteration:
+Our own loop exists because jump-forward (several tokens appended in one forward pass), speculative
+verification (several positions scored in one pass) and rollback (KV-cache trimming) need control
+that mlx-lm's `generate_step` does not give. Per iteration:
 
-    logits = model(tokens appended last step)      # lazy graph
+    logits = model(new tokens + draft)[last 1 + len(draft) positions]   # lazy graph
     mx.async_eval(logits)                          # MLX computes ...
-    strategy.prepare()                             # ... while the CPU prepares (e.g. a bitmask)
-    step = strategy.step(logits)                   # sample / force tokens, maybe rollback/finish
+    strategy.prepare()                             # ... while the CPU prepares (e.g. bitmasks)
+    step = strategy.step(logits)                   # verify the draft, sample / force tokens
+    trim the rejected draft tokens from the KV cache
 
 finish_reason is "stop" (end-of-turn id, stop string, or the strategy finished), "length"
 (max_tokens), "cancelled" (the cancel event was set from another thread), or "error" (the
@@ -22,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import mlx.core as mx
-from mlx_lm.models.cache import trim_prompt_cache
+from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from runtime.prompt_cache import PromptCache
 from runtime.stops import StopStrings
-from runtime.strategy import DecodingStrategy
+from runtime.strategy import DecodingStrategy, Drafter
 
 
 @dataclass
@@ -58,9 +60,16 @@ class GenerationResult:
     finish_reason: str
     usage: Usage
     timings: Timings
-    forward_passes: int = 0
-    forced_tokens: int = 0
+    forward_passes: int = 0  # passes that produced logits to sample from (the prompt's last one included)
+    forced_tokens: int = 0  # jump-forward tokens
+    drafted_tokens: int = 0  # speculative draft tokens scored by the model
+    accepted_tokens: int = 0  # draft tokens accepted (emitted without a pass of their own)
     error: str | None = None
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Completion tokens per forward pass (1.0 without jump-forward or speculation)."""
+        return len(self.token_ids) / max(self.forward_passes, 1)
 
 
 @dataclass
@@ -70,9 +79,15 @@ class Delta:
 
     text: str
     token_ids: list[int]
-    logprobs: mx.array | None = None  # [vocab] float32 log-probabilities of the sampled token
+    logprobs: mx.array | None = None  # [sampled, vocab] float32: one row per sampled (not forced) token
     finish_reason: str | None = None
     result: GenerationResult | None = field(default=None, repr=False)
+
+
+def default_prefill_step() -> int:
+    """Prompt tokens per prefill chunk: 2048 on Metal (mlx-lm's default); 64 on the CPU backend,
+    where a chunk of 64 takes about 0.7 s for the 0.5B model, so a cancel is seen within a second."""
+    return 2048 if mx.metal.is_available() else 64
 
 
 def stream_tokens(
@@ -85,8 +100,9 @@ def stream_tokens(
     stop: list[str] | None = None,
     cancel: threading.Event | None = None,
     prompt_cache: PromptCache | None = None,
-    prefill_step_size: int = 512,
+    prefill_step_size: int | None = None,
     context_length: int | None = None,
+    drafter: Drafter | None = None,
 ) -> Iterator[Delta]:
     """Run one generation and yield `Delta`s; the last one carries the `GenerationResult`.
 
@@ -95,10 +111,14 @@ def stream_tokens(
         tokenizer: `runtime.tokenizer.Tokenizer` (eos ids and the streaming detokenizer).
         prompt_ids: prompt token ids (non-empty).
         strategy: the decoding strategy (`runtime.sampling.SamplingStrategy` by default).
-        max_tokens: completion-token budget (>= 1); forced tokens count too.
+        max_tokens: completion-token budget (>= 1); forced and accepted draft tokens count too.
         stop: stop strings, trimmed from the output.
-        cancel: set from another thread to end the generation with finish_reason "cancelled".
+        cancel: set from another thread to end the generation with finish_reason "cancelled"; checked
+            between prefill chunks and between decode steps.
         prompt_cache: a `PromptCache` to reuse (and update) across generations.
+        prefill_step_size: prompt tokens per prefill chunk (default `default_prefill_step()`).
+        drafter: speculative draft source (`runtime.speculative`), or None. Ignored when the KV cache
+            cannot be trimmed (e.g. rotating caches of sliding-window models).
     Raises:
         ValueError: empty prompt, max_tokens < 1, or a prompt longer than `context_length`.
     """
@@ -114,37 +134,63 @@ def stream_tokens(
     pc = prompt_cache or PromptCache(network)
     reused = pc.reuse(prompt_ids)
     cache = pc.cache
-    strategy.begin(list(prompt_ids))
+    if drafter is not None and can_trim_prompt_cache(cache):
+        strategy.begin(list(prompt_ids), drafter)
+    else:  # strategies that never speculate may take the prompt alone
+        strategy.begin(list(prompt_ids))
+    prefill_step_size = prefill_step_size or default_prefill_step()
+    out: list[int] = []
+    text_parts: list[str] = []
+    stats = dict(forward_passes=1, forced_tokens=0, drafted_tokens=0, accepted_tokens=0)
+    first = None
+
+    def result(finish: str, error: str | None = None) -> GenerationResult:
+        now = time.perf_counter()
+        ttft = (first or now) - start
+        decode_time = now - (first or now)
+        timings = Timings(
+            ttft=ttft,
+            prefill_tps=(len(prompt_ids) - reused) / max(ttft, 1e-9) if first else 0.0,
+            decode_tps=(len(out) - 1) / decode_time if len(out) > 1 and decode_time > 0 else 0.0,
+            total=now - start,
+            peak_memory=mx.get_peak_memory(),
+        )
+        return GenerationResult("".join(text_parts), out, finish, Usage(len(prompt_ids), len(out), reused),
+                                timings, error=error, **stats)
 
     # Prefill all but the last prompt token in chunks; the last one produces the first logits.
     pending = list(prompt_ids[reused:])
     while len(pending) > 1:
+        if cancel is not None and cancel.is_set():
+            yield Delta("", [], finish_reason="cancelled", result=result("cancelled"))
+            return
         n = min(prefill_step_size, len(pending) - 1)
         network(mx.array(pending[:n])[None], cache=cache)
         mx.eval([c.state for c in cache])
         pc.tokens.extend(pending[:n])
         pending = pending[n:]
 
-    def forward(ids: list[int]) -> mx.array:
+    def forward(ids: list[int], rows: int) -> mx.array:
         pc.tokens.extend(ids)
-        logits = network(mx.array(ids)[None], cache=cache)[:, -1, :]
+        logits = network(mx.array(ids)[None], cache=cache)[0, -rows:, :]
         mx.async_eval(logits)
         return logits
 
-    logits = forward(pending)
+    logits = forward(pending, 1)
     strategy.prepare()
     step = strategy.step(logits)
     first = time.perf_counter()
-    prefill_tokens = len(prompt_ids) - reused
 
     detok = tokenizer.detokenizer()
     stops = StopStrings(stop)
-    out: list[int] = []
-    text_parts: list[str] = []
     finish = error = None
-    passes = 1
-    forced = 0
+    drafted = 0  # draft tokens fed in the last forward pass
     while True:
+        rejected = drafted - step.verified
+        if rejected:
+            trim_prompt_cache(cache, rejected)
+            del pc.tokens[len(pc.tokens) - rejected:]
+        stats["accepted_tokens"] += step.verified
         if step.rollback:
             n = min(step.rollback, len(out))
             del out[len(out) - n:]
@@ -154,7 +200,7 @@ def stream_tokens(
             for t in out:
                 detok.add_token(t)
             detok.last_segment  # the rolled-back text was already streamed; do not stream the rest again
-        forced += step.forced
+        stats["forced_tokens"] += step.forced
         appended: list[int] = []
         for t in step.tokens:
             if t in tokenizer.eos_ids:
@@ -173,8 +219,11 @@ def stream_tokens(
 
         # Start the next forward pass before the CPU work of detokenizing and stop matching.
         if finish is None:
-            logits = forward(appended)
-            passes += 1
+            draft = step.draft[: max_tokens - len(out) - 1]  # a draft never runs past the budget
+            logits = forward(appended[step.verified:] + draft, len(draft) + 1)
+            drafted = len(draft)
+            stats["forward_passes"] += 1
+            stats["drafted_tokens"] += drafted
 
         for t in appended:
             detok.add_token(t)
@@ -188,26 +237,7 @@ def stream_tokens(
         text_parts.append(text)
 
         if finish is not None:
-            now = time.perf_counter()
-            decode_time = now - first
-            timings = Timings(
-                ttft=first - start,
-                prefill_tps=prefill_tokens / max(first - start, 1e-9),
-                decode_tps=(len(out) - 1) / decode_time if len(out) > 1 and decode_time > 0 else 0.0,
-                total=now - start,
-                peak_memory=mx.get_peak_memory(),
-            )
-            result = GenerationResult(
-                text="".join(text_parts),
-                token_ids=out,
-                finish_reason=finish,
-                usage=Usage(len(prompt_ids), len(out), reused),
-                timings=timings,
-                forward_passes=passes,
-                forced_tokens=forced,
-                error=error,
-            )
-            yield Delta(text, appended, step.logprobs, finish, result)
+            yield Delta(text, appended, step.logprobs, finish, result(finish, error))
             return
         if text or appended:
             yield Delta(text, appended, step.logprobs)

@@ -16,6 +16,7 @@ from runtime.errors import ModelNotFound
 from runtime.generate import Delta, GenerationResult, stream_tokens
 from runtime.prompt_cache import PromptCache
 from runtime.sampling import SamplingParams, SamplingStrategy
+from runtime.speculative import make_drafter
 from runtime.strategy import DecodingStrategy
 from runtime.tokenizer import Tokenizer
 
@@ -38,6 +39,7 @@ class Model:
         path: the model folder.
         vocab_size: the logit width (config `vocab_size`), which may exceed the tokenizer's vocabulary.
         context_length: maximum positions (config `max_position_embeddings`), or None.
+        draft: a smaller `Model` with the same tokenizer for `speculative="draft"`, or None.
     """
 
     def __init__(self, network: nn.Module, tokenizer: Tokenizer, config: dict, path: Path, name: str | None = None):
@@ -49,6 +51,7 @@ class Model:
         text_config = config.get("text_config", config)
         self.vocab_size = int(text_config.get("vocab_size") or config.get("vocab_size"))
         self.context_length = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
+        self.draft: Model | None = None
 
     def prompt_ids(self, prompt, *, chat_template: bool = True, tools: list[dict] | None = None) -> list[int]:
         """Token ids of a prompt: a list of chat messages (rendered with the chat template), a
@@ -77,29 +80,31 @@ class Model:
         tools: list[dict] | None = None,
         prompt_cache: PromptCache | None = None,
         logprobs: bool = False,
+        speculative=None,
         **sampling_fields,
     ) -> Iterator[Delta]:
         """Stream a generation as `Delta`s (see `runtime.generate.stream_tokens`).
 
         Sampling is `sampling`, or built from keyword fields of `SamplingParams` (`temperature=`,
         `top_p=`, `top_k=`, `min_p=`, `repetition_penalty=`, `seed=`, ...). `strategy` defaults to
-        `SamplingStrategy(sampling)`; `seed` seeds MLX's random state. Raises ValueError for bad
-        parameters before any work starts, TypeError for an unknown keyword.
+        `SamplingStrategy(sampling)`. `speculative`: None (off), "prompt_lookup", "draft" (this
+        model's `draft`) or a `Model` sharing this tokenizer (see `runtime.speculative`); the output
+        is the same as without it (token for token at temperature 0, in distribution otherwise).
+        Raises ValueError for bad parameters before any work starts, TypeError for an unknown keyword.
         """
         if sampling is not None and sampling_fields:
             raise ValueError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
-        sampling = (sampling or SamplingParams(**sampling_fields)).validate()
+        sampling = sampling or SamplingParams(**sampling_fields)
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        drafter = make_drafter(speculative, self)
         ids = self.prompt_ids(prompt, chat_template=chat_template, tools=tools)
         if self.context_length and len(ids) >= self.context_length:
             raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is {self.context_length}")
-        if sampling.seed is not None:
-            mx.random.seed(sampling.seed)
         strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs)
         return stream_tokens(
             self.network, self.tokenizer, ids, strategy, max_tokens=max_tokens, stop=stop, cancel=cancel,
-            prompt_cache=prompt_cache, context_length=self.context_length,
+            prompt_cache=prompt_cache, context_length=self.context_length, drafter=drafter,
         )
 
     def generate(self, prompt, **kwargs) -> GenerationResult:

@@ -1,33 +1,43 @@
-"""Sampling parameters and the default (unconstrained) decoding strategy.
+"""Sampling parameters, the sampler (with speculative verification) and the default decoding
+strategy, which guided generation extends (`guided.strategy`) rather than copies.
 
-Order of operations per step (the same in the guided strategy, which inserts its bitmask after
-step 1):
+Order of operations per position:
 
-1. logits processors over the last `repetition_context_size` tokens (prompt + output):
-   repetition penalty (multiplicative, sign-aware; Keskar et al. 2019, arXiv:1909.05858),
-   presence penalty and frequency penalty (additive, as in OpenAI's API);
-2. log-softmax;
-3. the sampler chain of mlx-lm (`mlx_lm.sample_utils.make_sampler`): top-p, then min-p, then
-   top-k filter the log-probabilities, then a categorical draw at `temperature`; temperature 0 is
-   greedy argmax (and ignores the filters).
+1. logits processors over the last `repetition_context_size` tokens (prompt + output, plus the draft
+   tokens before that position): repetition penalty (multiplicative, sign-aware; Keskar et al. 2019,
+   arXiv:1909.05858), presence and frequency penalty (additive, as in OpenAI's API);
+2. `mask(logits)`: nothing here; the grammar's bitmask in guided generation;
+3. log-softmax;
+4. the filters of mlx-lm's sampler chain (`mlx_lm.sample_utils`): top-p, then min-p, then top-k, then a
+   categorical draw at `temperature`; temperature 0 is greedy argmax (and ignores the filters).
 
-A `seed` seeds MLX's global random state at the start of a generation, which makes runs with the
-same prompt and parameters reproducible.
+Randomness is per generation: each strategy draws from its own `mx.random.key` (the request's `seed`,
+else fresh entropy) split once per draw, never from MLX's process-wide state, so a seeded request
+gives the same output whatever ran before or beside it.
+
+Speculative verification (Leviathan et al. 2023, arXiv:2211.17192; Chen et al. 2023,
+arXiv:2302.01318) with a deterministic proposal (prompt lookup, or a draft model decoding greedily):
+draft token d at a position is accepted with probability p(d) under the target's processed, masked,
+filtered distribution p; on rejection the token is drawn from p with d removed (the residual
+max(0, p - onehot(d)), renormalized), so every emitted token is distributed exactly as without
+speculation. At temperature 0 a draft token is accepted iff it is the argmax, so the output is
+token-for-token the non-speculative one.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
 
-from runtime.strategy import Step
+from runtime.strategy import Drafter, Step
 
 
 @dataclass
 class SamplingParams:
-    """Sampling settings. `validate()` raises ValueError naming the parameter and its allowed range."""
+    """Sampling settings, checked on construction: ValueError names the parameter and its allowed range."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -39,7 +49,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
 
-    def validate(self) -> "SamplingParams":
+    def __post_init__(self):
         checks = (
             ("temperature", self.temperature >= 0, ">= 0"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
@@ -55,11 +65,6 @@ class SamplingParams:
         for name, ok, allowed in checks:
             if not ok:
                 raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
-        return self
-
-    def make_sampler(self):
-        """mlx-lm sampler: log-probabilities mx.array [1, vocab] -> token mx.array [1] uint32."""
-        return make_sampler(self.temperature, top_p=self.top_p if self.top_p < 1 else 0.0, min_p=self.min_p, top_k=self.top_k)
 
     def make_logits_processors(self):
         """mlx-lm logits processors `(tokens mx.array [n], logits [1, vocab]) -> logits`."""
@@ -72,6 +77,56 @@ class SamplingParams:
             frequency_penalty=self.frequency_penalty or None,
             frequency_context_size=n,
         )
+
+
+class TokenSampler:
+    """Draws tokens from log-probabilities with one generation's own random key.
+
+    params: the temperature and the top-p / min-p / top-k filters (mlx-lm's implementations).
+    """
+
+    def __init__(self, params: SamplingParams):
+        self.temperature = params.temperature
+        self.filters = []
+        if params.top_p < 1:
+            self.filters.append(lambda x: apply_top_p(x, params.top_p))
+        if params.min_p > 0:
+            self.filters.append(lambda x: apply_min_p(x, params.min_p))
+        if params.top_k > 0:
+            self.filters.append(lambda x: apply_top_k(x, params.top_k))
+        self.key = mx.random.key(params.seed if params.seed is not None else secrets.randbits(64))
+
+    def _key(self) -> mx.array:
+        self.key, key = mx.random.split(self.key)
+        return key
+
+    def verify(self, logprobs: mx.array, draft: list[int]) -> tuple[int, int]:
+        """Accept a prefix of `draft` and draw the token after it (see the module docstring).
+
+        logprobs: mx.array [len(draft) + 1, vocab] float32; row j is the distribution after the
+            first j draft tokens. Returns (accepted draft tokens, the next token id).
+        """
+        k = len(draft)
+        if self.temperature == 0:
+            best = mx.argmax(logprobs, axis=-1).tolist()
+            i = 0
+            while i < k and best[i] == draft[i]:
+                i += 1
+            return i, best[i]
+        scores = logprobs
+        for f in self.filters:
+            scores = f(scores)
+        scores = scores * (1.0 / self.temperature)
+        i = 0
+        if k:
+            p = mx.exp(scores[mx.arange(k), mx.array(draft)] - mx.logsumexp(scores[:k], axis=-1))
+            accept = (mx.random.uniform(shape=(k,), key=self._key()) < p).tolist()
+            while i < k and accept[i]:
+                i += 1
+        row = scores[i]
+        if i < k:  # the residual distribution: p without the rejected token
+            row = mx.where(mx.arange(row.shape[-1]) == draft[i], -float("inf"), row)
+        return i, int(mx.random.categorical(row, key=self._key()).item())
 
 
 class TokenHistory:
@@ -89,42 +144,83 @@ class TokenHistory:
         if n:
             del self.ids[-n:]
 
-    def array(self) -> mx.array:
-        return mx.array(self.ids, dtype=mx.int32)
-
-
-def process_logits(processors, history: TokenHistory, logits: mx.array) -> mx.array:
-    """Apply logits processors, then log-softmax. logits: [1, vocab] -> log-probs [1, vocab] float32."""
-    logits = logits.astype(mx.float32)
-    if processors and history.ids:
-        tokens = history.array()
-        for processor in processors:
-            logits = processor(tokens, logits)
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-
 
 class SamplingStrategy:
-    """The default strategy: processors -> log-softmax -> sampler chain -> one sampled token."""
+    """The default strategy: processors -> `mask` -> log-softmax -> sampler, with speculative
+    verification of drafts and an adaptive draft length.
 
-    def __init__(self, params: SamplingParams | None = None, want_logprobs: bool = False):
-        self.params = (params or SamplingParams()).validate()
-        self.sampler = self.params.make_sampler()
+    params: sampling settings. want_logprobs: return the log-probabilities of sampled tokens in
+    `Step.logprobs`. max_draft: the longest draft (tokens per forward pass - 1); 0 disables drafting.
+
+    Subclasses (guided generation) override the hooks `prepare`, `mask`, `check_draft` and `advance`.
+    """
+
+    def __init__(self, params: SamplingParams | None = None, want_logprobs: bool = False, max_draft: int = 8):
+        self.params = params or SamplingParams()
+        self.sampler = TokenSampler(self.params)
         self.processors = self.params.make_logits_processors()
         self.history = TokenHistory(self.params.repetition_context_size)
         self.want_logprobs = want_logprobs
+        self.max_draft = max_draft
+        self.draft_len = min(4, max_draft)
+        self.drafter: Drafter | None = None
+        self.context: list[int] = []  # prompt + output: what drafters match against
+        self.draft: list[int] = []  # proposed last step, awaiting verification
 
-    def begin(self, prompt_ids: list[int]) -> None:
+    def begin(self, prompt_ids: list[int], drafter: Drafter | None = None) -> None:
         self.history.extend(prompt_ids)
+        self.context = list(prompt_ids)
+        self.drafter = drafter if self.max_draft > 0 else None
 
     def prepare(self) -> None:
         pass
 
+    def mask(self, logits: mx.array) -> mx.array:
+        """Hook: restrict logits [rows, vocab] float32 (row j: after the first j draft tokens)."""
+        return logits
+
+    def check_draft(self, draft: list[int]) -> list[int]:
+        """Hook: the prefix of `draft` worth verifying (all of it here)."""
+        return draft
+
+    def advance(self, accepted: list[int], token: int) -> Step:
+        """Hook: the step after accepting `accepted` draft tokens and sampling `token`."""
+        return Step(tokens=accepted + [token], verified=len(accepted))
+
     def step(self, logits: mx.array) -> Step:
-        logprobs = process_logits(self.processors, self.history, logits)
-        token = self.sampler(logprobs)
-        tok = int(token.item())
-        self.history.extend([tok])
-        return Step(tokens=[tok], logprobs=logprobs[0] if self.want_logprobs else None)
+        fed = self.draft[: logits.shape[0] - 1]
+        logprobs = self.logprobs(logits, fed)
+        n, token = self.sampler.verify(logprobs, fed)
+        if fed:  # grow the draft while every token is accepted, cut it back to what was
+            self.draft_len = min(self.max_draft, self.draft_len * 2) if n == len(fed) else max(1, n + 1)
+        step = self.advance(fed[:n], token)
+        if self.want_logprobs:
+            step.logprobs = logprobs[: n + 1]
+        self.history.extend(step.tokens)
+        self.context.extend(step.tokens)
+        self.draft = []
+        if self.drafter is not None and step.finish is None:
+            self.draft = self.check_draft(self.drafter.propose(self.context, self.draft_len))
+        step.draft = self.draft
+        return step
+
+    def logprobs(self, logits: mx.array, draft: list[int]) -> mx.array:
+        """logits [1 + len(draft), vocab] -> processed, masked log-probabilities, same shape, float32."""
+        x = logits.astype(mx.float32)
+        if self.processors:
+            rows = []
+            for j in range(x.shape[0]):
+                tokens = mx.array(self.history.ids + draft[:j], dtype=mx.int32)
+                row = x[j:j + 1]
+                for processor in self.processors:
+                    row = processor(tokens, row)
+                rows.append(row)
+            x = mx.concatenate(rows)
+        x = self.mask(x)
+        return x - mx.logsumexp(x, axis=-1, keepdims=True)
 
     def rollback(self, n: int) -> None:
+        """Forget the last `n` generated tokens (the loop trims them from the KV cache)."""
         self.history.drop(n)
+        del self.context[len(self.context) - n:]
+        self.draft = []

@@ -2,15 +2,17 @@
 
 The loop (see `runtime.generate`) owns the model, the KV cache and stop handling. Per step it:
 
-1. launches the forward pass for the tokens appended last step and starts evaluating the logits
-   asynchronously (`mx.async_eval`);
+1. launches the forward pass for the tokens appended last step plus the strategy's draft (tokens
+   proposed for speculative verification) and starts evaluating the logits (`mx.async_eval`);
 2. calls `strategy.prepare()`: CPU work that does not need the logits (for guided generation: the
-   grammar matcher fills the next token bitmask) overlaps the forward pass here;
-3. calls `strategy.step(logits)`, which returns a `Step`: the tokens to append (the first is
-   usually sampled, any further ones are forced, e.g. jump-forward), an optional rollback, and an
+   grammar matcher fills the bitmask rows of every position) overlaps the forward pass here;
+3. calls `strategy.step(logits)` with the logits of the last appended token and of each draft
+   position, which returns a `Step`: the tokens to append (accepted draft tokens, then one sampled
+   token, then any forced ones, e.g. jump-forward), the next draft, an optional rollback, and an
    optional finish reason.
 
-All tokens of one `Step` go through the model in ONE forward pass on the next iteration.
+All new tokens of one `Step` and its draft go through the model in ONE forward pass on the next
+iteration; draft tokens the next step rejects are trimmed from the KV cache.
 """
 
 from __future__ import annotations
@@ -28,15 +30,22 @@ class Step:
     tokens: token ids to append, in order (may be empty only when `finish` is set). If one of them
         is an end-of-sequence / end-of-turn id the loop stops there with finish_reason "stop"
         and emits no text for it.
+    verified: how many leading `tokens` are draft tokens of the previous step that this step
+        accepted: they are already in the KV cache. The loop trims the rest of that draft.
+    draft: tokens proposed to follow `tokens`, fed to the model in the same forward pass and
+        verified by the next step; never emitted unless that step accepts them.
     rollback: number of already generated tokens to remove (from the output and, by trimming, from
         the KV cache) before appending `tokens`.
     finish: when set ("stop", "length", "error"), generation ends after applying this step.
     message: a human-readable reason for "error" finishes.
-    forced: how many of `tokens` were forced rather than sampled (jump-forward), for stats.
-    logprobs: optional log-probabilities of the sampled token, mx.array [vocab] float32.
+    forced: how many of `tokens` (the last ones) were forced rather than sampled (jump-forward).
+    logprobs: optional log-probabilities of the sampled tokens (the first `len(tokens) - forced`),
+        mx.array [sampled, vocab] float32.
     """
 
     tokens: list[int] = field(default_factory=list)
+    verified: int = 0
+    draft: list[int] = field(default_factory=list)
     rollback: int = 0
     finish: str | None = None
     message: str | None = None
@@ -45,15 +54,26 @@ class Step:
 
 
 @runtime_checkable
+class Drafter(Protocol):
+    """A source of draft tokens for speculative decoding (see `runtime.speculative`)."""
+
+    def propose(self, context: list[int], n: int) -> list[int]:
+        """Up to `n` token ids likely to follow `context` (prompt + output so far); may be empty."""
+
+
+@runtime_checkable
 class DecodingStrategy(Protocol):
     """One generation's decoding policy. Not shared between threads or generations."""
 
-    def begin(self, prompt_ids: list[int]) -> None:
-        """Called once before the first step with the prompt token ids."""
+    def begin(self, prompt_ids: list[int], drafter: Drafter | None = None) -> None:
+        """Called once before the first step with the prompt token ids, and the drafter to use
+        (None: no speculation, e.g. when the KV cache cannot be trimmed)."""
 
     def prepare(self) -> None:
         """CPU work for the coming step, run while MLX computes its logits. May do nothing."""
 
     def step(self, logits: mx.array) -> Step:
-        """Decide the next token(s). `logits`: mx.array [1, vocab] float32 (model dtype may be
-        float16/bfloat16) for the last position. `vocab` is the model's logit width."""
+        """Decide the next token(s). `logits`: mx.array [1 + d, vocab] (model dtype) for the last
+        appended token and the `d` draft tokens fed after it (`d` may be less than the draft the
+        previous step proposed: the loop cuts drafts at the token budget). `vocab` is the model's
+        logit width."""

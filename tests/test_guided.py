@@ -376,7 +376,7 @@ def test_strategy_eos_only_at_end(info, toy):
 def test_strategy_rejection_is_an_error(info, toy):
     compiled = compile_grammar(make_spec(regex="ab"), info)
     strategy = ConstrainedDecodingStrategy(compiled)
-    strategy.sampler = lambda logprobs: mx.array([toy.convert_tokens_to_ids("b")])  # a broken sampler
+    strategy.sampler.verify = lambda logprobs, draft: (0, toy.convert_tokens_to_ids("b"))  # a broken sampler
     strategy.begin([0])
     step = strategy.step(mx.zeros((1, VOCAB)))
     assert step.finish == "error" and step.tokens == [] and "grammar engine" in step.message
@@ -529,3 +529,53 @@ def test_boolean_schemas():
     assert make_spec(schema=True).kind == "json_schema"
     with pytest.raises(SchemaError, match="false"):
         make_spec(schema=False)
+
+
+# -- rollback undoes exactly the last n accepted tokens, EOS and a finished matcher included -----------
+
+
+@pytest.fixture()
+def finished(info, toy):
+    """A matcher for `start: "a"` that accepted "a" then EOS."""
+    m = compile_grammar(make_spec(grammar='start: "a"'), info).matcher()
+    eos = toy.eos_token_id
+    assert m.accept_token(ids(toy, "a")[0]) and m.accept_token(eos)
+    return m, eos
+
+
+def test_rollback_undoes_eos_first(finished, toy):
+    m, eos = finished
+    assert m.is_terminated() and m.num_accepted == 2
+    assert m.rollback(1) and not m.error  # undoes EOS, not "a"
+    assert m.is_accepting() and m.accept_token(eos) and m.is_terminated()
+
+
+def test_rollback_past_a_finished_matcher(finished, toy):
+    m, eos = finished
+    assert m.rollback(2) and not m.error and m.num_accepted == 0
+    assert m.accept_token(ids(toy, "a")[0]) and m.accept_token(eos)  # as from the start
+    assert not m.rollback(3) and not m.error and m.is_terminated()  # refused, state kept
+
+
+def test_no_token_after_termination(finished, toy):
+    m, eos = finished
+    assert not m.accept_token(ids(toy, "a")[0]) and m.error
+    fresh = compile_grammar(make_spec(grammar='start: "a"'), m.tokenizer).matcher()
+    assert not fresh.accept_tokens([ids(toy, "a")[0], eos, ids(toy, "a")[0]]) and fresh.error
+    assert fresh.num_accepted == 2
+
+
+def test_rollback_state_equals_a_fresh_run(info, toy):
+    """After accepting a sequence and rolling back k, masks and verdicts equal a fresh matcher fed
+    the first n - k tokens (for every k)."""
+    spec = make_spec(schema={"type": "object", "properties": {"abc": {"type": "integer"}}, "required": ["abc"]})
+    compiled = compile_grammar(spec, info)
+    tokens = ids(toy, '{"abc":12}') + [toy.eos_token_id]
+    for k in range(len(tokens) + 1):
+        m = compiled.matcher()
+        assert m.accept_tokens(tokens) and m.rollback(k)
+        fresh = compiled.matcher()
+        assert fresh.accept_tokens(tokens[: len(tokens) - k])
+        assert allowed(m) == allowed(fresh), k
+        assert (m.is_accepting(), m.is_terminated(), m.num_accepted) == \
+            (fresh.is_accepting(), fresh.is_terminated(), fresh.num_accepted)

@@ -8,7 +8,7 @@ import threading
 import mlx.core as mx
 import pytest
 
-from runtime import ModelNotFound, PromptCache, SamplingParams, SamplingStrategy, Step, load_model, process_logits
+from runtime import ModelNotFound, PromptCache, SamplingParams, SamplingStrategy, Step, TokenSampler, load_model
 from runtime.sampling import TokenHistory
 from runtime.stops import StopStrings
 
@@ -53,26 +53,26 @@ def test_greedy_equals_argmax_and_filters_reduce_to_greedy(tiny_model):
 
 def test_top_k_and_min_p_restrict_the_candidates():
     logits = mx.array([[4.0, 3.0, 2.0, 1.0, 0.0, -1.0]])
-    history = TokenHistory(8)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     for params, allowed in (
         (SamplingParams(temperature=5.0, top_k=2), {0, 1}),
         (SamplingParams(temperature=5.0, min_p=0.3), {0, 1}),  # p >= 0.3 * p_max keeps e^-1 = 0.37, not e^-2
         (SamplingParams(temperature=5.0, top_p=0.8), {0, 1}),  # p0 = 0.64, p0 + p1 = 0.88
     ):
-        sampler = params.make_sampler()
-        mx.random.seed(0)
-        drawn = {int(sampler(process_logits([], history, logits)).item()) for _ in range(200)}
+        sampler = TokenSampler(params)
+        drawn = {sampler.verify(logprobs, [])[1] for _ in range(200)}
         assert drawn == allowed, params
 
 
 def test_repetition_penalty_scales_recent_tokens_only():
-    params = SamplingParams(repetition_penalty=2.0, repetition_context_size=2)
-    history = TokenHistory(params.repetition_context_size)
-    history.extend([0, 1, 2])  # token 0 left the window
-    logits = mx.array([[2.0, 2.0, -2.0, 2.0]])
-    out = process_logits(params.make_logits_processors(), history, logits)
-    raw = process_logits([], history, mx.array([[2.0, 1.0, -4.0, 2.0]]))
+    penalized = SamplingStrategy(SamplingParams(repetition_penalty=2.0, repetition_context_size=2))
+    penalized.begin([0, 1, 2])  # token 0 left the window
+    out = penalized.logprobs(mx.array([[2.0, 2.0, -2.0, 2.0]]), [])
+    raw = SamplingStrategy().logprobs(mx.array([[2.0, 1.0, -4.0, 2.0]]), [])
     assert mx.allclose(out, raw, atol=1e-5)
+    # a draft token before a position counts as history at that position
+    rows = penalized.logprobs(mx.array([[2.0, 2.0, -2.0, 2.0]] * 2), [3])
+    assert mx.allclose(rows[0], out[0]) and rows[1, 3] < rows[0, 3]
 
 
 def test_stop_strings_across_token_boundaries():
@@ -172,17 +172,20 @@ def test_prompt_cache_reuses_the_shared_prefix(tiny_model):
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        (dict(sampling=SamplingParams(temperature=-1)), "temperature"),
-        (dict(sampling=SamplingParams(top_p=0)), "top_p"),
-        (dict(sampling=SamplingParams(top_p=1.5)), "top_p"),
-        (dict(sampling=SamplingParams(top_k=-1)), "top_k"),
-        (dict(sampling=SamplingParams(min_p=2)), "min_p"),
+        (dict(temperature=-1), "temperature"),
+        (dict(top_p=0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-1), "top_k"),
+        (dict(min_p=2), "min_p"),
         (dict(max_tokens=0), "max_tokens"),
-        (dict(sampling=SamplingParams(seed=-1)), "seed"),
+        (dict(seed=-1), "seed"),
         (dict(temperature=-0.5), "temperature"),
     ],
 )
 def test_bad_parameters_raise_before_work(tiny_model, kwargs, name):
+    if name != "max_tokens":  # sampling parameters are checked once, when SamplingParams is made
+        with pytest.raises(ValueError, match=name):
+            SamplingParams(**kwargs)
     with pytest.raises(ValueError, match=name):
         tiny_model.stream("Hello", **kwargs)
 
