@@ -154,9 +154,9 @@ class ConstrainedSession:
     # -- low-level calls, for a decoding loop of one's own ------------------------------------------
 
     def next_token_bitmask(self) -> mx.array:
-        """Fill and return the next-token bitmask: mx.array [1, ceil(vocab_size / 32)] int32 (one of
-        this session's two buffers; valid until the call after next)."""
-        return self.bitmask.fill(self.matcher)
+        """Fill and return the next-token bitmask: mx.array [1, ceil(vocab_size / 32)] int32 (row 0 of
+        one of this session's two buffers; valid until the call after next)."""
+        return self.bitmask.fill(self.matcher)[:1]
 
     def apply_mask(self, logits: mx.array) -> mx.array:
         """Logits [1, vocab_size] or [vocab_size] (float32/float16/bfloat16) with disallowed tokens at
