@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from coreai import store
-from runtime import Model, ModelNotFound, load_model
+from runtime import Model, ModelNotFound, load_model, make_drafter
 
 
 def resolve(name_or_path: str | os.PathLike, cache_dir=None, progress: bool = True) -> Path:
@@ -34,11 +34,19 @@ def resolve(name_or_path: str | os.PathLike, cache_dir=None, progress: bool = Tr
     raise ModelNotFound(f"{name}: not a registry model, a local folder or a repo id; known models: {', '.join(store.REGISTRY)}")
 
 
-def load(name_or_path: str | os.PathLike = store.DEFAULT_MODEL, dtype: str | None = None, cache_dir=None) -> Model:
+def load(name_or_path: str | os.PathLike = store.DEFAULT_MODEL, dtype: str | None = None, cache_dir=None,
+         draft: str | os.PathLike | None = None) -> Model:
     """Load a model: registry name (default `qwen2.5-coder-0.5b-instruct`), MLX folder or repo id.
 
     dtype: "float32" | "float16" | "bfloat16" | None (float32 on the CPU backend, the stored
-    dtype on Metal). Raises ModelNotFound, ExportError, ValueError.
+    dtype on Metal). draft: a smaller model with the same tokenizer (any of the same forms), loaded
+    as `model.draft` for `speculative="draft"`. Raises ModelNotFound, ExportError, ValueError (also
+    when the draft's vocabulary differs from the model's).
     """
     name = str(name_or_path)
-    return load_model(resolve(name, cache_dir), dtype=dtype, name=name if name in store.REGISTRY else None)
+    model = load_model(resolve(name, cache_dir), dtype=dtype, name=name if name in store.REGISTRY else None)
+    if draft is not None:
+        draft_model = load(draft, dtype=dtype, cache_dir=cache_dir)
+        make_drafter(draft_model, model)  # refuses a draft with another tokenizer now, not mid-request
+        model.draft = draft_model
+    return model

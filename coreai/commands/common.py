@@ -22,6 +22,13 @@ def positive_int(text: str) -> int:
 def add_model_args(p) -> None:
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="compute dtype (default: float32 on CPU, stored on Metal)")
     p.add_argument("--cache-dir", help="model cache root (default: $COREAI_HOME or ~/.cache/coreai)")
+    p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
+
+
+def add_speculative_arg(p, default: str = "off") -> None:
+    p.add_argument("--speculative", choices=("off", "prompt_lookup", "draft"), default=default,
+                   help="speculative decoding: prompt_lookup (n-gram drafts from the prompt, no extra model) or "
+                        f"draft (--draft-model); the output is unchanged (default: {default})")
 
 
 def add_sampling_args(p) -> None:
@@ -51,7 +58,9 @@ def load_model(args):
     import coreai
     from coreai.store import DEFAULT_MODEL
 
-    return coreai.load(args.model or DEFAULT_MODEL, dtype=args.dtype, cache_dir=args.cache_dir)
+    if getattr(args, "speculative", None) == "draft" and not args.draft_model:
+        raise ValueError("--speculative draft needs --draft-model")
+    return coreai.load(args.model or DEFAULT_MODEL, dtype=args.dtype, cache_dir=args.cache_dir, draft=args.draft_model)
 
 
 def read_messages(path: Path) -> list[dict]:
@@ -70,7 +79,7 @@ def sampling_params(args):
     return SamplingParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, seed=args.seed,
-    ).validate()
+    )
 
 
 def constrained_session(model, args):
@@ -93,9 +102,13 @@ def constrained_session(model, args):
     return None
 
 
-def print_stats(result) -> None:
+def print_stats(result, verbose: bool = False) -> None:
+    """One line of figures on stderr; `verbose` adds forward passes and the speculative counters."""
     t = result.timings
     extra = f", {result.forced_tokens} jump-forward" if result.forced_tokens else ""
+    if verbose:
+        extra += (f", {result.forward_passes} forward passes ({result.tokens_per_pass:.2f} tokens each), "
+                  f"{result.accepted_tokens} of {result.drafted_tokens} draft tokens accepted")
     print(
         f"[{result.usage.completion_tokens} tokens{extra}, finish={result.finish_reason}, TTFT {t.ttft:.2f} s, "
         f"prefill {t.prefill_tps:.1f} tok/s, decode {t.decode_tps:.1f} tok/s, total {t.total:.2f} s, "

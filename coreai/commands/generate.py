@@ -19,6 +19,8 @@ def register(sub) -> None:
     common.add_sampling_args(p)
     common.add_model_args(p)
     common.add_grammar_args(p)
+    common.add_speculative_arg(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="also print forward passes and draft acceptance")
     p.set_defaults(func=run)
 
 
@@ -31,7 +33,7 @@ def run(args) -> int:
     model = common.load_model(args)
     session = common.constrained_session(model, args)
     kwargs = dict(max_tokens=args.max_tokens, sampling=sampling, stop=args.stop or None,
-                  chat_template=not args.no_chat_template)
+                  chat_template=not args.no_chat_template, speculative=args.speculative)
     runner = session if session is not None else model
     if args.stream:
         result = None
@@ -43,7 +45,7 @@ def run(args) -> int:
     else:
         result = runner.generate(prompt, **kwargs)
         print(result.text)
-    common.print_stats(result)
+    common.print_stats(result, args.verbose)
     if session is not None and not result.valid:
         print(f"coreai generate: invalid output: {'; '.join(result.errors)}", file=sys.stderr)
         return 1
