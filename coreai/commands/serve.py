@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from coreai import store
+from coreai.commands import common
 
 log = logging.getLogger("coreai.server")
 
@@ -27,6 +28,8 @@ def register(sub) -> None:
                    help="larger request bodies get 413 (default: %(default)s)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
                    help="compute dtype (default: float32 on the CPU, stored dtype on Metal)")
+    p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
+    common.add_speculative_arg(p, default="prompt_lookup")
     p.set_defaults(func=run)
 
 
@@ -42,9 +45,12 @@ def run(args) -> int:
         raise ValueError(f"--max-queue must be >= 0, got {args.max_queue}")
     if args.host not in LOOPBACK and not args.api_key:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
-    model = coreai.load(args.model, dtype=args.dtype)
+    if args.speculative == "draft" and not args.draft_model:
+        raise ValueError("--speculative draft needs --draft-model")
+    model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
     config = ServerConfig(api_key=args.api_key, max_tokens=args.max_tokens, temperature=args.temperature,
-                          max_queue=args.max_queue, max_body_bytes=args.max_body_bytes)
+                          max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+                          speculative=None if args.speculative == "off" else args.speculative)
     app = create_app(model, config)
     print(f"coreai serve: {model.name} on http://{args.host}:{args.port}/v1 (docs at /docs)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")

@@ -49,6 +49,8 @@ class ServerConfig:
     temperature: the default sampling temperature.
     max_queue: requests allowed to wait while one runs; more get 429.
     max_body_bytes: request bodies above this get 413.
+    speculative: speculative decoding for every request ("prompt_lookup", "draft" with the model's
+        draft model, or None); the output does not change, only its speed.
     """
 
     model_name: str | None = None
@@ -57,6 +59,7 @@ class ServerConfig:
     temperature: float = 0.7
     max_queue: int = 16
     max_body_bytes: int = 4 * 1024 * 1024
+    speculative: str | None = "prompt_lookup"
 
 
 class Guard:
@@ -118,7 +121,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
     except ValueError as exc:
         log.warning("guided generation disabled: %s", exc)
         info = None
-    constraints = Constraints(info, model.tokenizer.hf)
+    constraints = Constraints(model, info)
     created = int(time.time())
 
     @contextlib.asynccontextmanager
@@ -158,22 +161,22 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
                                   f"{model.context_length}", "messages" if hasattr(req, "messages") else "prompt",
                                   "context_length_exceeded")
             budget = min(budget, room)  # cut at the context: finish_reason "length" says so
-        sampling = SamplingParams(
-            temperature=config.temperature if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=req.top_k or 0,
-            min_p=req.min_p or 0.0,
-            repetition_penalty=req.repetition_penalty or 1.0,
-            presence_penalty=req.presence_penalty or 0.0,
-            frequency_penalty=req.frequency_penalty or 0.0,
-            seed=req.seed,
-        )
-        try:
-            sampling.validate()
+        try:  # SamplingParams checks the ranges: one place for the API, the CLI and the server
+            sampling = SamplingParams(
+                temperature=config.temperature if req.temperature is None else req.temperature,
+                top_p=1.0 if req.top_p is None else req.top_p,
+                top_k=req.top_k or 0,
+                min_p=req.min_p or 0.0,
+                repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+                presence_penalty=req.presence_penalty or 0.0,
+                frequency_penalty=req.frequency_penalty or 0.0,
+                seed=req.seed,
+            )
         except ValueError as exc:
             raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from None
         return GenerationParams(prompt_ids, sampling, budget, req.stop_list(),
-                                constraint.compiled if constraint else None, logprobs, top_logprobs)
+                                constraint.session if constraint else None, logprobs, top_logprobs,
+                                config.speculative)
 
     def prepare_chat(req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         constraint = constraints.for_chat(req)
@@ -297,29 +300,29 @@ async def _sse(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
 
 
 def _usage(result: GenerationResult) -> s.UsageInfo:
+    """OpenAI's usage; speculative drafts are reported as OpenAI reports predicted outputs
+    (`completion_tokens_details.accepted_prediction_tokens` / `rejected_prediction_tokens`)."""
     u = result.usage
+    details = s.CompletionTokensDetails(accepted_prediction_tokens=result.accepted_tokens,
+                                        rejected_prediction_tokens=result.drafted_tokens - result.accepted_tokens)
     return s.UsageInfo(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
-                       total_tokens=u.total_tokens, prompt_tokens_details=s.PromptTokensDetails(cached_tokens=u.cached_tokens))
+                       total_tokens=u.total_tokens, prompt_tokens_details=s.PromptTokensDetails(cached_tokens=u.cached_tokens),
+                       completion_tokens_details=details)
 
 
-def _finish_reason(result: GenerationResult, constraint: Constraint | None, content: str, calls: list[ParsedCall]) -> str:
-    """OpenAI's finish_reason for a result, after checking the output against its constraint.
+def _finish_reason(result: GenerationResult, calls: list[ParsedCall]) -> str:
+    """OpenAI's finish_reason for a result whose verdict is already in it (`ConstrainedSession` turns
+    a "stop" whose output breaks its constraint into "error").
 
-    "length" when cut; "error" when the grammar engine failed or (never expected) the output breaks
-    the requested schema; "tool_calls" when calls were made; else "stop".
+    "length" when cut; "error" when the grammar engine failed or the output is not valid; "tool_calls"
+    when calls were made; else "stop".
     """
     reason = result.finish_reason
-    if reason != "stop":
-        if reason != "length":  # "error" (the engine's message), or "cancelled" with nobody listening
-            log.warning("generation ended with %s: %s", reason, result.error)
-        return "length" if reason == "length" else "error"
-    if constraint is not None:
-        errors = constraint.content_errors(content) if constraint.tool_mode is None else \
-            [e for c in calls for e in constraint.call_errors(c.name, c.arguments)]
-        if errors:
-            log.warning("the output breaks its constraint: %s", "; ".join(errors[:5]))
-            return "error"
-    return "tool_calls" if calls else "stop"
+    if reason == "stop":
+        return "tool_calls" if calls else "stop"
+    if reason != "length":  # "error" (the engine's or the final check's message), or "cancelled" with nobody listening
+        log.warning("generation ended with %s: %s", reason, result.error)
+    return "length" if reason == "length" else "error"
 
 
 class _Reply:
@@ -362,7 +365,7 @@ class ChatReply(_Reply):
             calls = parser.calls
         else:
             content = text
-        finish = _finish_reason(result, self.constraint, content, calls)
+        finish = _finish_reason(result, calls)
         tool_calls = [s.ResponseToolCall(id=c.id, function=s.ResponseFunctionCall(name=c.name, arguments=c.arguments))
                       for c in calls] or None
         message = s.ResponseMessage(content=content if content or not calls else None, tool_calls=tool_calls)
@@ -407,7 +410,7 @@ class ChatReply(_Reply):
                 pending_logprobs = []
             if result is None:
                 return
-            finish = _finish_reason(result, self.constraint, "".join(content), parser.calls if parser else [])
+            finish = _finish_reason(result, parser.calls if parser else [])
             logprobs = self.logprobs(pending_logprobs) if pending_logprobs else None
             yield self.chunk(s.ChunkDelta(), finish, logprobs)
             if self.req.stream_options and self.req.stream_options.include_usage:
@@ -450,7 +453,7 @@ class CompletionReply(_Reply):
         if self.req.logprobs is not None:
             logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
         choice = s.CompletionChoice(text=text, logprobs=logprobs,
-                                    finish_reason=_finish_reason(result, self.constraint, text, []))
+                                    finish_reason=_finish_reason(result, []))
         return s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice], usage=_usage(result))
 
     def chunk(self, text: str, finish: str | None, logprobs: s.CompletionLogprobs | None = None) -> dict:
@@ -472,7 +475,7 @@ class CompletionReply(_Reply):
                 yield self.chunk(item.text, None, logprobs)
             if result is None:
                 return
-            yield self.chunk("", _finish_reason(result, self.constraint, "".join(text), []))
+            yield self.chunk("", _finish_reason(result, []))
             if self.req.stream_options and self.req.stream_options.include_usage:
                 usage = _usage(result).model_dump()
                 yield {"id": self.id, "object": "text_completion", "created": self.created, "model": self.name,

@@ -1,65 +1,52 @@
-"""Turn a request's `response_format`, `structured_outputs` and `tools` into one compiled grammar, and
-check the final output against what was asked.
+"""Turn a request's `response_format`, `structured_outputs` and `tools` into the one guided object,
+a `guided.ConstrainedSession`, which compiles the grammar, drives decoding and gives the verdict.
 
-Compiling happens on the request's thread (llguidance only, no MLX), so a bad schema is a 400 before
-the request queues; it never falls back to free text. Only one constraint applies per request:
-combining a JSON response format with active tools is refused (400) rather than guessed at.
+Sessions are built on the request's thread (compiling is llguidance only, no MLX), so a bad schema is
+a 400 before the request queues; it never falls back to free text. Only one constraint applies per
+request: combining a JSON response format with active tools is refused (400) rather than guessed at.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 
 from coreai.errors import GrammarError, SchemaError
 from coreai.server import tools as tool_format
 from coreai.server.errors import bad_request, from_library_error
 from coreai.server.schemas import ChatCompletionRequest, JsonObjectFormat, JsonSchemaFormat, SamplingFields
-from guided import CompiledGrammar, GrammarCache, TokenizerInfo, check_json, default_cache, make_spec
+from guided import ConstrainedSession, TokenizerInfo
+from runtime import Model
 
 
 @dataclass
 class Constraint:
-    """A compiled grammar plus what the final output must satisfy.
+    """A request's guided session, and `tool_mode`: None (no tools), "auto" or "required" (a named
+    function is "required" over one function), which tells the reply to parse tool calls."""
 
-    schema: JSON Schema the whole content must validate against (JSON kinds), else None.
-    functions: name -> parameter schema, for tool calls (each call's arguments must validate).
-    tool_mode: None (no tools), "auto" or "required" (a named function is "required" over one function).
-    """
-
-    compiled: CompiledGrammar | None
-    schema: object = None
-    functions: dict[str, object] = field(default_factory=dict)
+    session: ConstrainedSession
     tool_mode: str | None = None
-
-    def content_errors(self, text: str) -> list[str]:
-        """Why `text` is not JSON valid against `schema` ([] if it is, or if there is no schema)."""
-        return [] if self.schema is None else check_json(text, self.schema)[1]
-
-    def call_errors(self, name: str, arguments: str) -> list[str]:
-        """Why a call (`arguments`: JSON text) does not fit the function's parameters ([] if it does)."""
-        if name not in self.functions:
-            return [f"unknown function {name!r}"]
-        return check_json(arguments, self.functions[name])[1]
 
 
 class Constraints:
-    """Builds `Constraint`s for one model. `tokenizer` is None when the model's tokenizer cannot be
-    used by the grammar engine (then every constrained request is a 400)."""
+    """Builds `Constraint`s for one model. `tokenizer` is the grammar engine's view of the model's
+    tokenizer, or None when the engine cannot use it (then every constrained request is a 400)."""
 
-    def __init__(self, tokenizer: TokenizerInfo | None, hf_tokenizer, cache: GrammarCache | None = None):
+    def __init__(self, model: Model, tokenizer: TokenizerInfo | None):
+        self.model = model
         self.tokenizer = tokenizer
+        hf = model.tokenizer.hf
         self.supports_tools = tokenizer is not None and tool_format.template_supports_tools(
-            getattr(hf_tokenizer, "chat_template", None))
+            getattr(hf, "chat_template", None))
         if self.supports_tools:
-            self.tags = tuple(tool_format.token_ref(t, hf_tokenizer, tokenizer.ll_tokenizer)
+            self.tags = tuple(tool_format.token_ref(t, hf, tokenizer.ll_tokenizer)
                               for t in (tool_format.OPEN, tool_format.CLOSE))
-        self.cache = cache or default_cache
 
-    def _compile(self, param: str, **spec_args) -> CompiledGrammar:
+    def _session(self, param: str, **options) -> ConstrainedSession:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
         try:
-            return self.cache.get(make_spec(**spec_args), self.tokenizer)
+            return ConstrainedSession(self.model, **options)
         except (SchemaError, GrammarError) as exc:
             raise from_library_error(exc, param) from None
 
@@ -68,23 +55,23 @@ class Constraints:
         if req.structured_outputs is not None and response_format is not None and response_format.type != "text":
             raise bad_request("give either response_format or structured_outputs, not both", "structured_outputs")
         if isinstance(response_format, JsonObjectFormat):
-            return Constraint(self._compile("response_format", json_object=True), {"type": "object"})
+            return Constraint(self._session("response_format", json_object=True))
         if isinstance(response_format, JsonSchemaFormat):
             spec = response_format.json_schema
-            param = "response_format.json_schema.schema"
             schema = spec.schema_ if spec.schema_ is not None else {}
             # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
-            return Constraint(self._compile(param, schema=schema, strict=spec.strict is not False), schema)
+            return Constraint(self._session("response_format.json_schema.schema", schema=schema,
+                                            strict=spec.strict is not False))
         so = req.structured_outputs
         if so is None:
             return None
         if so.json_ is not None:
-            return Constraint(self._compile("structured_outputs.json", schema=so.json_), so.json_)
+            return Constraint(self._session("structured_outputs.json", schema=so.json_))
         if so.regex is not None:
-            return Constraint(self._compile("structured_outputs.regex", regex=so.regex))
+            return Constraint(self._session("structured_outputs.regex", regex=so.regex))
         if so.choice is not None:
-            return Constraint(self._compile("structured_outputs.choice", choices=so.choice))
-        return Constraint(self._compile("structured_outputs.grammar", grammar=so.grammar))
+            return Constraint(self._session("structured_outputs.choice", choices=so.choice))
+        return Constraint(self._session("structured_outputs.grammar", grammar=so.grammar))
 
     def for_chat(self, req: ChatCompletionRequest) -> Constraint | None:
         """The constraint of a chat request, or None for free text."""
@@ -103,11 +90,12 @@ class Constraints:
             except SchemaError as exc:
                 raise from_library_error(exc, param) from None
             # Compiled alone first, so an unenforceable keyword is reported with this tool's pointer.
-            self._compile(param, schema=schemas[tool.function.name], strict=False)
+            self._session(param, schema=schemas[tool.function.name], strict=False)
         allowed = {f.name: schemas[f.name] for f in functions}
         grammar = tool_format.tool_grammar(allowed, mode=mode, parallel=req.parallel_tool_calls,
                                            open_ref=self.tags[0], close_ref=self.tags[1])
-        return Constraint(self._compile("tools", grammar=grammar), None, schemas, mode)
+        check = functools.partial(tool_format.call_errors, functions=allowed)
+        return Constraint(self._session("tools", grammar=grammar, check=check), mode)
 
     def tool_mode(self, req: ChatCompletionRequest):
         """("auto" | "required" | None, the functions a call may use) from tools and tool_choice."""

@@ -1,9 +1,11 @@
 """The model behind the server: one worker thread runs every generation (see `coreai.server.queue`),
-reusing one prompt (KV) cache and one bitmask buffer across requests.
+reusing one prompt (KV) cache across requests. A constrained request runs through its
+`guided.ConstrainedSession` (the same path as the Python API and the CLI), a free one through
+`Model.stream`.
 
-Everything that touches MLX (the forward passes, the guided strategy's bitmask, log-probabilities)
-runs on the worker thread; the event loop only sees plain Python values (`Piece`s and the final
-`GenerationResult`).
+Everything that touches MLX (the forward passes, the session's bitmask, log-probabilities) runs on
+the worker thread; the event loop only sees plain Python values (`Piece`s and the final
+`GenerationResult`, a `GuidedResult` for constrained requests).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Iterator
 
 import mlx.core as mx
 
-from guided import CompiledGrammar, ConstrainedDecodingStrategy, TokenBitmask
+from guided import ConstrainedSession
 from runtime import GenerationResult, Model, PromptCache, SamplingParams
 from coreai.server.queue import Job, Worker
 
@@ -46,17 +48,19 @@ class GenerationParams:
     """One generation as the worker runs it.
 
     prompt_ids: token ids of the rendered prompt. max_tokens: completion budget (tokens).
-    compiled: the grammar constraining the output, or None for free text.
+    session: the guided session constraining the output, or None for free text.
     logprobs: return per-token logprobs; top_logprobs: how many alternatives (0-20) with each.
+    speculative: the speculative-decoding option of `Model.stream` ("prompt_lookup", "draft", None).
     """
 
     prompt_ids: list[int]
     sampling: SamplingParams
     max_tokens: int
     stop: list[str]
-    compiled: CompiledGrammar | None = None
+    session: ConstrainedSession | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    speculative: str | None = None
 
 
 class Engine:
@@ -69,7 +73,6 @@ class Engine:
         self.model = model
         self.worker = Worker(max_queue)
         self.prompt_cache = PromptCache(model.network)
-        self._bitmask: TokenBitmask | None = None
 
     def submit(self, params: GenerationParams) -> Job:
         """Queue a generation; its Job yields `Piece`s then the `GenerationResult`. Raises QueueFull."""
@@ -79,28 +82,22 @@ class Engine:
         self.worker.close()
 
     def _generate(self, p: GenerationParams, cancel: threading.Event) -> Iterator[Piece | GenerationResult]:
-        strategy = None
-        if p.compiled is not None:
-            if self._bitmask is None or self._bitmask.vocab_size != p.compiled.tokenizer.vocab_size:
-                self._bitmask = TokenBitmask(p.compiled.tokenizer.vocab_size)  # MLX memory: made on this thread
-            strategy = ConstrainedDecodingStrategy(p.compiled, p.sampling, bitmask=self._bitmask,
-                                                   want_logprobs=p.logprobs)
+        runner = p.session or self.model
         try:
-            for delta in self.model.stream(
-                p.prompt_ids, strategy=strategy, sampling=p.sampling, max_tokens=p.max_tokens, stop=p.stop or None,
-                cancel=cancel, prompt_cache=self.prompt_cache, logprobs=p.logprobs,
+            for delta in runner.stream(
+                p.prompt_ids, sampling=p.sampling, max_tokens=p.max_tokens, stop=p.stop or None, cancel=cancel,
+                prompt_cache=self.prompt_cache, logprobs=p.logprobs, speculative=p.speculative,
             ):
                 logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
                 if delta.text or logprobs:
                     yield Piece(delta.text, logprobs)
                 if delta.result is not None:
                     r = delta.result
-                    if strategy is not None and r.finish_reason == "stop" and not strategy.complete:
-                        # a stop string cut what the grammar still required (e.g. inside a tool call)
-                        r.finish_reason, r.error = "error", "a stop string ended the output before its grammar completed"
-                    log.info("prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, finish %s",
-                             r.usage.prompt_tokens, r.usage.cached_tokens, r.timings.ttft, r.usage.completion_tokens,
-                             r.timings.decode_tps, r.finish_reason)
+                    log.info("prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
+                             "%d of %d draft tokens accepted, finish %s%s", r.usage.prompt_tokens,
+                             r.usage.cached_tokens, r.timings.ttft, r.usage.completion_tokens, r.timings.decode_tps,
+                             r.forward_passes, r.accepted_tokens, r.drafted_tokens, r.finish_reason,
+                             f" ({r.error})" if r.error else "")
                     yield r
         except Exception:
             # A failure mid-step may leave the KV cache and its token list out of step: start afresh.
@@ -109,22 +106,22 @@ class Engine:
 
 
 def _token_logprobs(token_ids: list[int], logprobs: mx.array | None, k: int) -> list[TokenLogprob]:
-    """Per-token entries of one step. logprobs: mx.array [vocab] float32, the distribution the first
-    token was sampled from; later tokens of the step were forced (jump-forward)."""
+    """Per-token entries of one step. logprobs: mx.array [sampled, vocab] float32, the distributions
+    the first `sampled` tokens were drawn from (accepted draft tokens, then the sampled one); the
+    later tokens of the step were forced (jump-forward) and get logprob 0.0."""
     if not token_ids:
         return []
-    if logprobs is None:
-        return [TokenLogprob(t, 0.0, [(t, 0.0)] if k else []) for t in token_ids]
-    first = token_ids[0]
-    if k:
-        top = mx.argpartition(-logprobs, kth=k - 1)[:k]
-        values = logprobs[top]
-        mx.eval(values, top)
-        pairs = sorted(zip(top.tolist(), values.tolist()), key=lambda x: -x[1])
-        top_pairs = [(i, v) for i, v in pairs if v != float("-inf")]  # masked-out tokens are no alternative
-    else:
+    sampled = 0 if logprobs is None else min(logprobs.shape[0], len(token_ids))
+    out = []
+    for j, t in enumerate(token_ids[:sampled]):
+        row = logprobs[j]
         top_pairs = []
-    chosen = logprobs[first].item()
-    out = [TokenLogprob(first, chosen, top_pairs)]
-    out += [TokenLogprob(t, 0.0, [(t, 0.0)] if k else []) for t in token_ids[1:]]
+        if k:
+            top = mx.argpartition(-row, kth=k - 1)[:k]
+            values = row[top]
+            mx.eval(values, top)
+            pairs = sorted(zip(top.tolist(), values.tolist()), key=lambda x: -x[1])
+            top_pairs = [(i, v) for i, v in pairs if v != float("-inf")]  # masked-out tokens are no alternative
+        out.append(TokenLogprob(t, row[t].item(), top_pairs))
+    out += [TokenLogprob(t, 0.0, [(t, 0.0)] if k else []) for t in token_ids[sampled:]]
     return out

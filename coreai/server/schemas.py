@@ -139,17 +139,18 @@ class StreamOptions(Request):
 # ---- requests -------------------------------------------------------------------------------------
 
 class SamplingFields(Request):
-    """Fields shared by chat and legacy completions."""
+    """Fields shared by chat and legacy completions. The sampling fields' ranges are checked in one
+    place, `runtime.SamplingParams` (a 400 naming the field)."""
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    repetition_penalty: float | None = Field(default=None, gt=0)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = Field(default=None, max_length=4)
     n: int = 1
@@ -247,11 +248,20 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    """OpenAI's fields for predicted outputs, here the speculative draft tokens: accepted ones were
+    emitted without a forward pass of their own, rejected ones were scored and thrown away."""
+
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails = PromptTokensDetails()
+    completion_tokens_details: CompletionTokensDetails = CompletionTokensDetails()
 
 
 # finish_reason: OpenAI's values plus "error" (the grammar engine failed, or the output does not

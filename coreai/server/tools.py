@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 
 from guided.spec import check_metaschema, close_objects
+from guided.validation import check_json
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # The template renders calls with json.dumps' default separators; the constraint matches them.
@@ -219,3 +220,19 @@ class ToolCallParser:
         stripped = text.rstrip()
         self._held_space = text[len(stripped):]
         return [stripped] if stripped else []
+
+
+def call_errors(text: str, functions: dict[str, object]) -> list[str]:
+    """Why the tool calls in `text` do not fit `functions` (name -> parameter schema): an unknown
+    name, or arguments that do not validate; [] when every call fits. The final check of a tool
+    grammar's output (`ConstrainedSession(check=...)`)."""
+    parser = ToolCallParser()
+    parser.feed(text)
+    parser.finish()
+    errors = []
+    for call in parser.calls:
+        if call.name not in functions:
+            errors.append(f"unknown function {call.name!r}")
+        else:
+            errors += [f"{call.name}: {e}" for e in check_json(call.arguments, functions[call.name])[1]]
+    return errors
