@@ -1,0 +1,176 @@
+"""Speculative decoding: drafts, exactness against non-speculative decoding (greedy, on the real
+model, constrained and not), the acceptance rule's distribution, and the state after rollbacks
+(KV cache and grammar matcher equal a fresh run's). Also per-request randomness and cancellation
+between prefill chunks, which live in the same loop."""
+
+from __future__ import annotations
+
+import threading
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from guided import ConstrainedSession  # noqa: E402
+from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, make_drafter  # noqa: E402
+
+INVOICE = ("Invoice INV-2291 from Northwind Traders, 1200 Harbor Boulevard, Seattle. Bill to: Ada Lovelace, "
+           "12 St James's Square, London. Total due: 4512.50 EUR.")
+SCHEMA = {"type": "object", "properties": {
+    "invoice": {"type": "string"}, "seller": {"type": "string"}, "seller_address": {"type": "string"},
+    "buyer": {"type": "string"}, "total": {"type": "number"}},
+    "required": ["invoice", "seller", "seller_address", "buyer", "total"]}
+PROMPTS = [
+    [{"role": "system", "content": "Copy values verbatim from the text into JSON."},
+     {"role": "user", "content": INVOICE}],
+    "Repeat this sentence exactly: " + INVOICE,
+    "Write a haiku about the sea.",
+]
+
+
+def test_prompt_lookup_proposes_what_followed_the_latest_match():
+    lookup = PromptLookup(max_ngram=3, min_ngram=1)
+    context = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 0, 2, 3]
+    assert lookup.propose(context, 3) == [7, 8, 0]  # no earlier [0, 2, 3]; the latest [2, 3] came before 7
+    assert lookup.propose(context[:-3] + [1, 2, 3], 2) == [4, 5]  # the longest match wins
+    assert lookup.propose([5, 6, 5], 4) == [6, 5]  # the unigram 5 matched at the start
+    assert lookup.propose([1, 2, 3], 4) == [] and lookup.propose(context, 0) == []
+    with pytest.raises(ValueError):
+        PromptLookup(max_ngram=1, min_ngram=2)
+
+
+def test_make_drafter_options(tiny_model):
+    assert make_drafter(None, tiny_model) is None and make_drafter("off", tiny_model) is None
+    assert isinstance(make_drafter("prompt_lookup", tiny_model), PromptLookup)
+    with pytest.raises(ValueError, match="draft model"):
+        make_drafter("draft", tiny_model)
+    with pytest.raises(ValueError, match="speculative"):
+        make_drafter("medusa", tiny_model)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("prompt", PROMPTS, ids=["extraction", "copy", "prose"])
+def test_greedy_output_is_identical_with_prompt_lookup(qwen_model, prompt):
+    plain = qwen_model.generate(prompt, max_tokens=24)
+    fast = qwen_model.generate(prompt, max_tokens=24, speculative="prompt_lookup")
+    assert fast.token_ids == plain.token_ids and fast.text == plain.text
+    assert fast.finish_reason == plain.finish_reason
+
+
+@pytest.mark.model
+def test_guided_greedy_output_is_identical_and_uses_rollback(qwen_model):
+    session = ConstrainedSession(qwen_model, schema=SCHEMA)
+    plain = session.generate(PROMPTS[0], max_tokens=60)
+    fast = session.generate(PROMPTS[0], max_tokens=60, speculative="prompt_lookup")
+    assert fast.token_ids == plain.token_ids and fast.valid == plain.valid and fast.value == plain.value
+    assert fast.accepted_tokens > 0 and fast.forward_passes < plain.forward_passes
+    assert fast.stats.rollbacks == fast.drafted_tokens - fast.accepted_tokens > 0  # rejected drafts were rolled back
+
+
+@pytest.mark.model
+def test_state_after_rollbacks_equals_a_fresh_run(qwen_model):
+    """After a speculative guided generation with rejected drafts, the KV cache holds exactly the
+    prompt and the output (next-token logits equal a fresh prefill's) and the matcher equals a fresh
+    matcher fed the output."""
+    session = ConstrainedSession(qwen_model, schema=SCHEMA)
+    cache = PromptCache(qwen_model.network)
+    strategy = session.strategy()
+    prompt_ids = qwen_model.prompt_ids(PROMPTS[0])
+    for delta in qwen_model.stream(prompt_ids, strategy=strategy, max_tokens=40, prompt_cache=cache,
+                                   speculative="prompt_lookup"):
+        result = delta.result
+    assert result.drafted_tokens > result.accepted_tokens  # some drafts were rejected
+    out = result.token_ids
+    assert cache.tokens == prompt_ids + out[:-1]  # the last token is never fed
+    kept = qwen_model.network(mx.array(out[-1:])[None], cache=cache.cache)[0, -1]
+    fresh = qwen_model.network(mx.array(prompt_ids + out)[None])[0, -1]
+    assert mx.allclose(kept, fresh, atol=1e-3, rtol=1e-3)
+    replay = session.compiled.matcher()
+    assert replay.accept_tokens(out)
+    words = replay.words
+    a, b = np.zeros((1, words), np.int32), np.zeros((1, words), np.int32)
+    replay.fill_next_token_bitmask(a)
+    strategy.matcher.fill_next_token_bitmask(b)
+    assert strategy.matcher.num_accepted == replay.num_accepted == len(out)
+    assert np.array_equal(a, b)
+
+
+def test_draft_model_identical_to_target_accepts_every_greedy_draft(tiny_model):
+    plain = tiny_model.generate("Hello there", max_tokens=20)
+    fast = tiny_model.generate("Hello there", max_tokens=20, speculative=tiny_model)
+    assert fast.token_ids == plain.token_ids
+    assert fast.drafted_tokens > 0 and fast.accepted_tokens >= fast.drafted_tokens - 1
+    assert fast.forward_passes < plain.forward_passes
+
+
+@pytest.mark.model
+def test_draft_model_with_rejections_keeps_greedy_output(qwen_model, tiny_model):
+    """A random-weight draft with the same tokenizer: nearly every draft is rejected, the output is
+    still the target's, constrained and not."""
+    plain = qwen_model.generate(PROMPTS[1], max_tokens=12)
+    fast = qwen_model.generate(PROMPTS[1], max_tokens=12, speculative=tiny_model)
+    assert fast.token_ids == plain.token_ids and fast.drafted_tokens > fast.accepted_tokens
+    session = ConstrainedSession(qwen_model, schema=SCHEMA)
+    assert session.generate(PROMPTS[0], max_tokens=16, speculative=tiny_model).token_ids == \
+        session.generate(PROMPTS[0], max_tokens=16).token_ids
+
+
+def test_acceptance_rule_keeps_the_target_distribution():
+    """Leviathan et al. 2023: with a deterministic draft, the first emitted token is distributed as
+    p0 and, when the draft's first token was accepted, the second as p1. 6,000 draws, 4.5 sigma."""
+    p0 = np.array([0.5, 0.2, 0.15, 0.1, 0.05])
+    p1 = np.array([0.1, 0.1, 0.6, 0.1, 0.1])
+    logprobs = mx.array(np.log(np.stack([p0, p1, p1])), dtype=mx.float32)
+    draft = [1, 3]  # token 1 has p0 = 0.2: mostly rejected; the residual must make up for it
+    sampler = TokenSampler(SamplingParams(temperature=1.0, seed=3))
+    n = 6000
+    first = np.zeros(5)
+    second = np.zeros(5)
+    for _ in range(n):
+        accepted, token = sampler.verify(logprobs, draft)
+        emitted = (draft[:accepted] + [token])
+        first[emitted[0]] += 1
+        if len(emitted) > 1:
+            second[emitted[1]] += 1
+    for counts, p in ((first, p0), (second, p1)):
+        total = counts.sum()
+        sigma = np.sqrt(p * (1 - p) / total)
+        assert np.all(np.abs(counts / total - p) < 4.5 * sigma), (counts / total, p)
+    assert second.sum() == pytest.approx(n * p0[1], rel=0.15)
+
+
+def test_temperature_sampling_with_drafts_is_reproducible_per_seed(tiny_model):
+    params = SamplingParams(temperature=1.0, seed=11)
+    a = tiny_model.generate("Hello", sampling=params, max_tokens=16, speculative=tiny_model)
+    b = tiny_model.generate("Hello", sampling=params, max_tokens=16, speculative=tiny_model)
+    assert a.token_ids == b.token_ids and a.drafted_tokens > 0  # (a near-flat random model accepts few)
+
+
+def test_a_seed_does_not_leak_into_later_requests(tiny_model):
+    seeded = SamplingParams(temperature=1.0, seed=1234)
+    first = tiny_model.generate("Hello", sampling=seeded, max_tokens=12).token_ids
+    unseeded = [tiny_model.generate("Hello", temperature=1.0, max_tokens=12).token_ids for _ in range(3)]
+    assert len({tuple(u) for u in unseeded}) == 3  # fresh randomness each time
+    mx.random.seed(99)  # process-wide state does not matter either
+    assert tiny_model.generate("Hello", sampling=seeded, max_tokens=12).token_ids == first
+
+
+def test_cancel_is_seen_between_prefill_chunks(tiny_model):
+    cancel = threading.Event()
+    calls = []
+
+    def network(ids, cache):
+        calls.append(ids.shape[1])
+        cancel.set()  # the client goes away during the first chunk
+        return tiny_model.network(ids, cache=cache)
+
+    from runtime import SamplingStrategy, stream_tokens
+
+    prompt = tiny_model.tokenizer.encode("word " * 300)
+    deltas = list(stream_tokens(network, tiny_model.tokenizer, prompt, SamplingStrategy(), max_tokens=8,
+                                cancel=cancel, prefill_step_size=64, prompt_cache=PromptCache(tiny_model.network)))
+    result = deltas[-1].result
+    assert result.finish_reason == "cancelled" and result.token_ids == []
+    assert calls == [64]  # one chunk ran, the other four did not
