@@ -29,6 +29,7 @@ def register(sub) -> None:
     p.add_argument("--prompt", default=INSTRUCTION)
     p.add_argument("--max-tokens", type=int, default=64)
     common.add_model_args(p)
+    common.add_speculative_arg(p, default="prompt_lookup")
     p.set_defaults(func=run)
 
 
@@ -40,7 +41,7 @@ def run(args) -> int:
     loaded = time.perf_counter()
     session = ConstrainedSession(model, schema=FLY_TO)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": args.prompt}]
-    result = session.generate(messages, max_tokens=args.max_tokens)
+    result = session.generate(messages, max_tokens=args.max_tokens, speculative=args.speculative)
     print(f"schema: fly_to {json.dumps(FLY_TO['properties'], ensure_ascii=False)}")
     print(f"prompt: {args.prompt}")
     print(f"output: {result.text}")
@@ -48,7 +49,8 @@ def run(args) -> int:
     t = result.timings
     print(
         f"time:   load {loaded - start:.1f} s, generate {t.total:.2f} s (TTFT {t.ttft:.2f} s), "
-        f"{result.usage.completion_tokens} tokens ({result.forced_tokens} jump-forward) in {result.forward_passes} "
-        f"forward passes, decode {t.decode_tps:.1f} tok/s"
+        f"{result.usage.completion_tokens} tokens ({result.forced_tokens} jump-forward, {result.accepted_tokens} of "
+        f"{result.drafted_tokens} draft tokens accepted) in {result.forward_passes} forward passes, "
+        f"decode {t.decode_tps:.1f} tok/s"
     )
     return 0 if result.valid else 1
