@@ -15,9 +15,15 @@
   unconstrained vs constrained decode tok/s, jump-forward on vs off (forward passes, tok/s), TTFT with a
   cold compile, same prompts, greedy, interleaved; beside it the peers driving mlx-lm with a logits
   processor (xgrammar, outlines-core, llguidance.mlx, Outlines' `from_mlxlm`), validity by jsonschema.
+- Speculative decoding (prompt lookup) on the `benchmarks/cases` prompts (the demo's fly_to call, an
+  invoice extraction, free prose): guided with and without speculation (jump-forward on in both),
+  unconstrained ours and mlx-lm, interleaved, medians; forward passes, drafted / accepted tokens, and
+  whether the greedy outputs with and without speculation are identical. Written to
+  `benchmarks/results/speculative.{json,md}`.
 
-    python -m benchmarks.guided            # the full run (make bench)
-    python -m benchmarks.guided --quick    # seconds: what tests/test_bench_smoke.py runs
+    python -m benchmarks.guided                     # the full run (make bench)
+    python -m benchmarks.guided --speculative-only  # only the speculative part (about 25 min here)
+    python -m benchmarks.guided --quick             # seconds: what tests/test_bench_smoke.py runs
 """
 
 from __future__ import annotations
@@ -565,15 +571,71 @@ def _outlines_peers(model, backends) -> dict:
     return {f"outlines.from_mlxlm ({b})": variant(b) for b in backends}
 
 
+def _qwen():
+    """The real Qwen2.5-Coder-0.5B in float32 (the fast dtype on the CPU backend)."""
+    from coreai import store
+    from runtime import load_model
+
+    return load_model(store.ensure("qwen2.5-coder-0.5b-instruct"), dtype="float32", name="qwen2.5-coder-0.5b-instruct")
+
+
 def bench_e2e(max_tokens: int, repeats: int, peers=E2E_PEERS) -> dict:
     """`coreai.bench.run_guided_bench` on the real Qwen2.5-Coder-0.5B (float32 here) with `E2E_CASES`,
     ours and the `e2e_peers` interleaved. Returns its report."""
-    from coreai import store
     from coreai.bench import run_guided_bench
-    from runtime import load_model
 
-    model = load_model(store.ensure("qwen2.5-coder-0.5b-instruct"), dtype="float32", name="qwen2.5-coder-0.5b-instruct")
+    model = _qwen()
     return run_guided_bench(model, E2E_CASES, max_tokens, repeats, e2e_peers(model, peers))
+
+
+# -- speculative decoding ---------------------------------------------------------------------------------
+
+CASES = REPO / "benchmarks" / "cases"
+SPECULATIVE_CASES = {"fly_to": 64, "invoice": 256, "story": 128}
+"""Case name -> max_tokens. `benchmarks/cases/NAME.messages.json` is the chat prompt and
+`NAME.schema.json` the schema (none: free prose, unconstrained variants only). The extraction outputs
+finish well within their budget (greedy: about 25 and 150 tokens); the story is cut at 128 tokens."""
+
+
+def speculative_cases(names=SPECULATIVE_CASES) -> list[tuple]:
+    """[(messages, schema or None, max_tokens)] for `coreai.bench.run_guided_bench`."""
+    out = []
+    for name in names:
+        schema = CASES / f"{name}.schema.json"
+        out.append((json.loads((CASES / f"{name}.messages.json").read_text()),
+                    json.loads(schema.read_text()) if schema.exists() else None, SPECULATIVE_CASES[name]))
+    return out
+
+
+def bench_speculative(repeats: int, speculative: str = "prompt_lookup", model=None, cases=None) -> dict:
+    """`coreai.bench.run_guided_bench` with `speculative` on `speculative_cases()` (default) and the real
+    Qwen2.5-Coder-0.5B (default): guided with and without speculation, unconstrained ours (with and
+    without) and mlx-lm, interleaved, medians of `repeats`. Returns its report."""
+    from coreai.bench import run_guided_bench
+
+    cases = speculative_cases() if cases is None else cases
+    return run_guided_bench(model or _qwen(), cases, max(c[2] for c in cases), repeats, speculative=speculative)
+
+
+def speculative_markdown(report: dict, host: dict, seconds: float) -> str:
+    """The speculative report as markdown: a header line (machine, date, versions), a table per case
+    (`coreai.bench.speculative_rows`) and a loud line per output mismatch."""
+    from coreai.bench import SPECULATIVE_HEADER, mismatches, speculative_rows
+
+    out = [f"Speculative decoding benchmark {host['date']}, {host['processor']} ({host['cpus']} cores, {host['system']} "
+           f"{host['machine']}), Python {host['python']}; " + ", ".join(f"{k} {v}" for k, v in host["versions"].items())
+           + f". {report['model']} {report['dtype']}, {report['machine']['device']}, speculative: {report['speculative']}, "
+           f"greedy, median of {report['repeats']} (variants interleaved in a rotating order, all in one run); "
+           "decode tok/s excludes TTFT (ours: `timings.decode_tps`; mlx-lm: tokens after the first over their time)."]
+    for case in report["cases"]:
+        kind = "free prose, no schema" if case["schema"] is None else "guided"
+        out.append(f"{case['prompt'][:100]!r} ({kind}; {case['prompt_tokens']} prompt tokens, max {case['max_tokens']} tokens)")
+        out.append(md_table(SPECULATIVE_HEADER, speculative_rows(case)))
+    out += [f"**MISMATCH**: speculative output differs from the non-speculative one: {m}" for m in mismatches(report)]
+    out.append("x guided: ratio to ours constrained with jump-forward, no speculation; x unconstrained: to ours "
+               "unconstrained, no speculation; x mlx-lm: to mlx-lm's `stream_generate`, unconstrained; identical: the "
+               f"greedy tokens equal the non-speculative variant's in every run. Run time {seconds:.0f} s.")
+    return "\n\n".join(out)
 
 
 # -- report ---------------------------------------------------------------------------------------------
@@ -649,10 +711,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--e2e-repeats", type=int, default=3, help="end-to-end runs per variant and case (medians)")
     ap.add_argument("--e2e-peers", default=",".join(E2E_PEERS),
                     help=f"end-to-end peers driving mlx-lm (also: {', '.join(E2E_PEERS_OPTIONAL)})")
+    ap.add_argument("--speculative-repeats", type=int, default=3,
+                    help="runs per variant and case of the speculative bench (medians; 0 = skip)")
+    ap.add_argument("--speculative-only", action="store_true", help="only the speculative bench (speculative.json)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.speculative_only:
+        return main_speculative(args.speculative_repeats or 3, args.out)
     if args.quick:
-        args.per_subset, args.vocabs, args.peers, args.e2e_tokens = 1, "qwen", "", 0
+        args.per_subset, args.vocabs, args.peers, args.e2e_tokens, args.speculative_repeats = 1, "qwen", "", 0, 0
     t_start = time.perf_counter()
     files = pick_files(args.per_subset)
     if args.quick:
@@ -680,6 +747,21 @@ def main(argv=None) -> dict:
     text = markdown(report)
     print(text)
     save_report(args.out or RESULTS / ("guided-quick.json" if args.quick else "guided.json"), report, text)
+    if args.speculative_repeats:
+        main_speculative(args.speculative_repeats)
+    return report
+
+
+def main_speculative(repeats: int, out: Path | None = None) -> dict:
+    """Run `bench_speculative` on the real model, print its markdown and write it with the JSON to
+    `out` (default `benchmarks/results/speculative.json`). Returns the report."""
+    t_start = time.perf_counter()
+    host = machine()
+    report = bench_speculative(repeats)
+    report["host"], report["seconds"] = host, time.perf_counter() - t_start
+    text = speculative_markdown(report, host, report["seconds"])
+    print(text)
+    save_report(out or RESULTS / "speculative.json", report, text)
     return report
 
 

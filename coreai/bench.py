@@ -5,6 +5,9 @@
 - `run_guided_bench`: end-to-end guided generation per (prompt, schema): unconstrained decode
   against constrained decode with jump-forward on and off, and TTFT including a cold grammar compile,
   greedy, the variants interleaved. Callers may add variants (benchmarks/guided.py adds the peers).
+  With `speculative`, it adds the speculative variants (guided with jump-forward, and unconstrained)
+  and checks that their greedy outputs equal the non-speculative ones; a case without a schema runs
+  only the unconstrained variants (free prose).
 """
 
 from __future__ import annotations
@@ -137,13 +140,20 @@ def mlx_lm_run(model, prompt_ids: list[int], max_tokens: int, logits_processors=
                 finish=response.finish_reason)
 
 
-def _unconstrained(model, prompt_ids, schema, max_tokens) -> dict:
-    r = model.generate(prompt_ids, max_tokens=max_tokens)
+def _speculative_counts(r) -> dict:
+    """The fields every run of ours reports beside its timings: token ids (to compare outputs) and the
+    speculative counters (tokens; acceptance: accepted / drafted, 0 when nothing was drafted)."""
+    return dict(token_ids=list(r.token_ids), drafted_tokens=r.drafted_tokens, accepted_tokens=r.accepted_tokens,
+                acceptance=r.accepted_tokens / r.drafted_tokens if r.drafted_tokens else 0.0)
+
+
+def _unconstrained(model, prompt_ids, schema, max_tokens, speculative=None) -> dict:
+    r = model.generate(prompt_ids, max_tokens=max_tokens, speculative=speculative)
     return dict(tokens=r.usage.completion_tokens, forward_passes=r.forward_passes, ttft=r.timings.ttft,
-                decode_tps=r.timings.decode_tps, text=r.text, finish=r.finish_reason)
+                decode_tps=r.timings.decode_tps, text=r.text, finish=r.finish_reason, **_speculative_counts(r))
 
 
-def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool) -> dict:
+def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool, speculative=None) -> dict:
     from guided import ConstrainedSession, GrammarCache
     from guided.spec import json_spec
 
@@ -151,12 +161,12 @@ def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool) -> d
     start = time.perf_counter()
     session = ConstrainedSession(model, schema=schema, jump_forward=jump_forward, cache=GrammarCache(capacity=1))
     compile_s = time.perf_counter() - start
-    r = session.generate(prompt_ids, max_tokens=max_tokens)
+    r = session.generate(prompt_ids, max_tokens=max_tokens, speculative=speculative)
     s = r.stats
     return dict(tokens=r.usage.completion_tokens, forward_passes=r.forward_passes, tokens_jumped=s.tokens_jumped,
                 ttft=compile_s + r.timings.ttft, compile_ms=1e3 * compile_s, decode_tps=r.timings.decode_tps,
                 mask_ms_per_pass=1e3 * s.mask_seconds / max(1, s.masks), valid=r.valid, text=r.text,
-                finish=r.finish_reason)
+                finish=r.finish_reason, **_speculative_counts(r))
 
 
 GUIDED_VARIANTS = {
@@ -168,31 +178,57 @@ GUIDED_VARIANTS = {
 """Built-in variants of `run_guided_bench`: ours unconstrained, mlx-lm unconstrained (the peers'
 baseline), ours constrained with jump-forward (our constrained run) and without."""
 
+UNCONSTRAINED = ("unconstrained", "mlx_lm", "unconstrained+spec")
+"""Variants that take no schema: the only ones a case without a schema (free prose) runs."""
+
+SPECULATIVE_PAIRS = {"jump_forward+spec": "jump_forward", "unconstrained+spec": "unconstrained"}
+"""Speculative variant -> the variant that must produce the same greedy tokens without speculation."""
+
+
+def speculative_variants(speculative) -> dict:
+    """`run_guided_bench` variants for `speculative` ("prompt_lookup", "draft" or a draft `Model`):
+    ours constrained with jump-forward and ours unconstrained, both speculative."""
+    return {
+        "jump_forward+spec": lambda model, ids, schema, n: _constrained(model, ids, schema, n, True, speculative),
+        "unconstrained+spec": lambda model, ids, schema, n: _unconstrained(model, ids, schema, n, speculative),
+    }
+
+
 RATIO_REFERENCES = ("unconstrained", "mlx_lm", "jump_forward")
 
 
-def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra_variants: dict | None = None) -> dict:
+def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra_variants: dict | None = None,
+                     speculative=None) -> dict:
     """End-to-end guided generation, greedy, same prompt ids for every variant.
 
-    cases: [(prompt, schema)]: prompt as `Model.prompt_ids` takes it (text is wrapped in the chat
-        template), schema a JSON Schema dict.
+    cases: [(prompt, schema)] or [(prompt, schema, max_tokens)]: prompt as `Model.prompt_ids` takes it
+        (text is wrapped in the chat template; chat messages), schema a JSON Schema dict, or None for
+        a case that runs only the `UNCONSTRAINED` variants (free prose); max_tokens overrides the
+        argument for that case.
     max_tokens: completion budget per run (tokens; forced tokens count).
     repeats: runs per variant and case; each repeat runs the variants in a rotated order so drift
         (thermal, other processes) hits all of them.
     extra_variants: {name: fn(model, prompt_ids, schema, max_tokens) -> dict} run beside
         `GUIDED_VARIANTS` (the peers); the dict has the keys `mlx_lm_run` returns, optionally
         compile_ms and mask_ms_per_pass. An exception makes the variant a finding (`errors`), not a crash.
+    speculative: None, or "prompt_lookup" / "draft" / a draft `Model`: adds `speculative_variants` and
+        leaves out no_jump_forward (the speculative comparison is at jump-forward on). Each case then
+        has `identical`: {speculative variant: its token ids in every run equal those of every run of
+        its `SPECULATIVE_PAIRS` partner} (greedy output must not change; False is a bug).
 
     Constrained variants compile from a cold cache inside the timed TTFT. For variants that do not
     report `valid`, it is finish "stop" and the text validating with `jsonschema` (`guided.check_json`).
     Returns a JSON-ready dict: per case the samples, their medians (valid: all runs valid), the errors,
     and ratios of decode tok/s and TTFT to each of `RATIO_REFERENCES`; `summary`: geometric means of
-    the ratios over the cases.
+    the ratios over the cases (over the cases with a schema for the constrained variants).
     """
     from guided import check_json
 
     variants = {**GUIDED_VARIANTS, **(extra_variants or {})}
-    cases = [(prompt, schema, model.prompt_ids(prompt)) for prompt, schema in cases]
+    if speculative is not None:
+        del variants["no_jump_forward"]
+        variants.update(speculative_variants(speculative))
+    cases = [(c[0], c[1], model.prompt_ids(c[0]), c[2] if len(c) > 2 else max_tokens) for c in cases]
     failed: dict[str, str] = {}
 
     def attempt(name, ids, schema, n, errors):
@@ -203,18 +239,19 @@ def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra
         finally:
             mx.synchronize()  # mlx-lm leaves one step past EOS in flight: keep it out of the next timing
 
-    for name in variants:  # warm-up (kernel compiles, lazy imports); a variant failing here is out
-        attempt(name, cases[0][2], cases[0][1], 2, failed)
+    for name in variants:  # warm-up (kernel compiles, lazy imports, draft shapes); a variant failing here is out
+        prompt, schema, ids, _ = next(c for c in cases if c[1] is not None or name in UNCONSTRAINED)
+        attempt(name, ids, schema, 16 if speculative is not None else 2, failed)
     out = []
-    for prompt, schema, ids in cases:
+    for prompt, schema, ids, n_max in cases:
         errors = dict(failed)
-        names = [n for n in variants if n not in errors]
+        names = [n for n in variants if n not in errors and (schema is not None or n in UNCONSTRAINED)]
         samples: dict[str, list] = {n: [] for n in names}
         for r in range(repeats):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                sample = None if name in errors else attempt(name, ids, schema, max_tokens, errors)
+                sample = None if name in errors else attempt(name, ids, schema, n_max, errors)
                 if sample is not None:
-                    if name not in ("unconstrained", "mlx_lm") and "valid" not in sample:
+                    if schema is not None and name not in UNCONSTRAINED and "valid" not in sample:
                         # as ours: an output cut by max_tokens is not valid, even if its text validates
                         sample["valid"] = sample["finish"] == "stop" and not check_json(sample["text"], schema)[1]
                     samples[name].append(sample)
@@ -222,16 +259,32 @@ def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra
         ratios = {n: {metric: {ref: m[metric] / median[ref][metric] for ref in RATIO_REFERENCES
                                if ref in median and median[ref][metric]}
                       for metric in ("decode_tps", "ttft")} for n, m in median.items()}
-        out.append(dict(prompt=prompt if isinstance(prompt, str) else str(prompt), schema=schema,
-                        prompt_tokens=len(ids), median=median, ratios=ratios, errors=errors, samples=samples))
+        case = dict(prompt=prompt if isinstance(prompt, str) else _prompt_label(prompt), schema=schema,
+                    prompt_tokens=len(ids), max_tokens=n_max, median=median, ratios=ratios, errors=errors,
+                    samples=samples)
+        if speculative is not None:
+            case["identical"] = {spec: all(s["token_ids"] == samples[base][0]["token_ids"]
+                                           for s in samples[spec] + samples[base])
+                                 for spec, base in SPECULATIVE_PAIRS.items() if samples.get(spec) and samples.get(base)}
+        out.append(case)
     summary = {}
     for n in variants:
-        per_case = [c["ratios"].get(n) for c in out]
-        if all(per_case):
+        per_case = [c["ratios"].get(n) for c in out if c["schema"] is not None or n in UNCONSTRAINED]
+        if per_case and all(per_case):
             summary[n] = {metric: {ref: _geomean([r[metric][ref] for r in per_case])
                                    for ref in RATIO_REFERENCES if all(ref in r[metric] for r in per_case)}
                           for metric in ("decode_tps", "ttft")}
-    return dict(**_header(model), max_tokens=max_tokens, repeats=repeats, cases=out, summary=summary)
+    report = dict(**_header(model), max_tokens=max_tokens, repeats=repeats, cases=out, summary=summary)
+    if speculative is not None:
+        report["speculative"] = speculative if isinstance(speculative, str) else f"draft model {speculative.name}"
+    return report
+
+
+def _prompt_label(prompt) -> str:
+    """A one-line label for a prompt given as chat messages or token ids: the last message's content."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        return str(prompt[-1].get("content", "")).replace("\n", " ")
+    return str(prompt)
 
 
 def _median(samples: list[dict]) -> dict:
@@ -258,7 +311,8 @@ GUIDED_HEADER = ["variant", "decode tok/s", "x base", "x ours", "TTFT s", "TTFT 
 
 def ratio_base(name: str) -> str:
     """The unconstrained run of the same engine as variant `name`: ours, or mlx-lm for the others."""
-    return "mlx_lm" if name == "mlx_lm" or name not in GUIDED_VARIANTS else "unconstrained"
+    ours = name in GUIDED_VARIANTS or name in SPECULATIVE_PAIRS
+    return "mlx_lm" if name == "mlx_lm" or not ours else "unconstrained"
 
 
 def guided_rows(case: dict) -> list[list[str]]:
@@ -278,17 +332,59 @@ def guided_rows(case: dict) -> list[list[str]]:
     return rows + [[name] + ["-"] * 10 + [error] for name, error in case["errors"].items()]
 
 
+SPECULATIVE_HEADER = ["variant", "decode tok/s", "x guided", "x unconstrained", "x mlx-lm", "tokens / passes",
+                      "tokens/pass", "jumped", "drafted", "accepted", "acceptance", "valid", "identical", "notes"]
+
+
+def speculative_rows(case: dict) -> list[list[str]]:
+    """`SPECULATIVE_HEADER` rows of a case of a speculative `run_guided_bench` report: decode tok/s
+    (medians, TTFT excluded) and its ratios to ours guided without speculation (jump_forward), ours
+    unconstrained and mlx-lm unconstrained; the draft counters (tokens; acceptance = accepted / drafted)
+    and whether the output equals the non-speculative variant's in every run."""
+    num = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+    rows = []
+    for name, m in case["median"].items():
+        r = case["ratios"][name]["decode_tps"]
+        spec = name in SPECULATIVE_PAIRS
+        rows.append([name, f"{m['decode_tps']:.2f}", num(r.get("jump_forward"), ".2f"), num(r.get("unconstrained"), ".2f"),
+                     num(r.get("mlx_lm"), ".2f"), f"{m['tokens']:g} / {m['forward_passes']:g}",
+                     f"{m['tokens'] / max(1, m['forward_passes']):.2f}", num(m.get("tokens_jumped"), "g"),
+                     num(m.get("drafted_tokens") if spec else None, "g"), num(m.get("accepted_tokens") if spec else None, "g"),
+                     num(m.get("acceptance") if spec else None, ".0%"), str(m.get("valid", "-")),
+                     {True: "yes", False: "NO: MISMATCH"}.get(case.get("identical", {}).get(name), "-"),
+                     "" if m["finish"] == "stop" else f"finish {m['finish']}"])
+    return rows + [[name] + ["-"] * 12 + [error] for name, error in case["errors"].items()]
+
+
+def mismatches(report: dict) -> list[str]:
+    """'case prompt: variant' for every speculative variant whose greedy output differed from its
+    non-speculative partner's (must be empty)."""
+    return [f"{c['prompt'][:60]!r}: {name}" for c in report["cases"] for name, same in c.get("identical", {}).items()
+            if not same]
+
+
 def format_guided_table(report: dict) -> str:
-    """The `run_guided_bench` report as text: one table per case (`guided_rows`)."""
-    lines = [f"{report['model']} ({report['dtype']}), greedy, max {report['max_tokens']} tokens, median of "
-             f"{report['repeats']}; {report['machine']['device']}, BLAS: {report['machine']['blas']}; "
-             "TTFT includes a cold grammar compile"]
+    """The `run_guided_bench` report as text: one table per case (`guided_rows`, or `speculative_rows`
+    for a speculative report, which ends with a loud line per output mismatch)."""
+    spec = "speculative" in report
+    header, rows_of = (SPECULATIVE_HEADER, speculative_rows) if spec else (GUIDED_HEADER, guided_rows)
+    lines = [f"{report['model']} ({report['dtype']}), greedy, median of {report['repeats']} (variants interleaved); "
+             f"{report['machine']['device']}, BLAS: {report['machine']['blas']}"
+             + (f"; speculative: {report['speculative']}; decode tok/s excludes TTFT" if spec
+                else "; TTFT includes a cold grammar compile")]
     for case in report["cases"]:
-        rows = [GUIDED_HEADER] + guided_rows(case)
-        widths = [max(len(r[i]) for r in rows) for i in range(len(GUIDED_HEADER))]
-        lines += ["", f"{case['prompt'][:80]} ({case['prompt_tokens']} prompt tokens)"]
+        rows = [header] + rows_of(case)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines += ["", f"{case['prompt'][:80]!r} ({case['prompt_tokens']} prompt tokens, max {case['max_tokens']} tokens"
+                      f"{'' if case['schema'] is not None else ', no schema'})"]
         lines += ["  ".join(c.ljust(w) if i in (0, len(r) - 1) else c.rjust(w)
                             for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
-    lines += ["", "x base: ratio to the same engine unconstrained (ours, or mlx-lm for the variants driving mlx-lm); "
-              "x ours: ratio to ours constrained with jump-forward"]
+    if spec:
+        lines += ["", "x guided: ratio to ours constrained with jump-forward, no speculation; x unconstrained: to ours "
+                  "unconstrained, no speculation; x mlx-lm: to mlx-lm's stream_generate unconstrained; identical: the "
+                  "greedy tokens equal the non-speculative variant's in every run"]
+        lines += [f"MISMATCH: speculative output differs from the non-speculative one: {m}" for m in mismatches(report)]
+    else:
+        lines += ["", "x base: ratio to the same engine unconstrained (ours, or mlx-lm for the variants driving mlx-lm); "
+                  "x ours: ratio to ours constrained with jump-forward"]
     return "\n".join(lines)

@@ -70,3 +70,37 @@ def test_outlines_vocabulary_bytes():
 
     dec = _byte_decoder()
     assert len(dec) == 256 and bytes(dec[c] for c in "Ġhello") == b" hello"
+
+
+def test_speculative_bench_tiny(tiny_model):
+    """The speculative bench runs a guided case and a free-prose case on the tiny model and reports the
+    speculative outputs identical to the non-speculative ones, with its counters (not how fast)."""
+    from benchmarks.guided import speculative_markdown
+    from coreai.bench import format_guided_table, mismatches, run_guided_bench
+    from conformance.common import machine
+
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
+    prompt = "Copy the city: Berlin Berlin Berlin Berlin."
+    report = run_guided_bench(tiny_model, [(prompt, schema, 24), (prompt, None, 16)], 24, 2, speculative="prompt_lookup")
+    guided, prose = report["cases"]
+    assert report["speculative"] == "prompt_lookup" and not mismatches(report)
+    assert set(guided["median"]) == {"unconstrained", "mlx_lm", "jump_forward", "jump_forward+spec", "unconstrained+spec"}
+    assert set(prose["median"]) == {"unconstrained", "mlx_lm", "unconstrained+spec"} and prose["max_tokens"] == 16
+    assert guided["identical"] == {"jump_forward+spec": True, "unconstrained+spec": True}
+    assert prose["identical"] == {"unconstrained+spec": True}
+    spec = guided["median"]["jump_forward+spec"]
+    assert spec["accepted_tokens"] <= spec["drafted_tokens"] and 0 <= spec["acceptance"] <= 1
+    assert guided["ratios"]["jump_forward+spec"]["decode_tps"].keys() >= {"jump_forward", "unconstrained", "mlx_lm"}
+    assert "identical" in format_guided_table(report) and "MISMATCH" not in format_guided_table(report)
+    assert "| jump_forward+spec |" in speculative_markdown(report, machine(), 1.0)
+
+
+def test_speculative_cases_match_the_demo():
+    """The fly_to case is the demo's call: same schema, same chat messages; every case file parses."""
+    from benchmarks.guided import SPECULATIVE_CASES, speculative_cases
+    from coreai.commands.demo import FLY_TO, INSTRUCTION, SYSTEM
+
+    cases = dict(zip(SPECULATIVE_CASES, speculative_cases()))
+    messages, schema, _ = cases["fly_to"]
+    assert schema == FLY_TO and messages == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": INSTRUCTION}]
+    assert len(cases["invoice"][1]["required"]) >= 5 and cases["story"][1] is None

@@ -47,6 +47,7 @@ def test_generate_choice_and_stream(tiny_model_dir, capsys):
         (["generate", "{tiny}", "--prompt", "x", "--schema", "false"], "false"),
         (["bench", "{tiny}", "--guided", "{unenforceable}", "-g", "2", "-n", "1"], "not"),
         (["bench", "{tiny}", "--guided", "/", "-g", "2", "-n", "1"], "cannot read the schema file"),
+        (["bench", "{tiny}", "--speculative", "prompt_lookup"], "needs --prompt or --messages"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv, message):
@@ -64,6 +65,21 @@ def test_bench_counts_must_be_positive(capsys, flag):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", flag, "0"])
     assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_bench_speculative_case_files(tiny_model_dir, tmp_path, capsys):
+    """`coreai bench --guided CASE.schema.json --messages CASE.messages.json --speculative prompt_lookup`
+    runs the speculative variants and reports the outputs identical (tiny model; not how fast)."""
+    from benchmarks.guided import CASES
+
+    out = tmp_path / "spec.json"
+    assert main(["bench", str(tiny_model_dir), "--guided", str(CASES / "fly_to.schema.json"), "--messages",
+                 str(CASES / "fly_to.messages.json"), "--speculative", "prompt_lookup", "-g", "8", "-n", "1",
+                 "--output-json", str(out)]) == 0
+    assert "jump_forward+spec" in capsys.readouterr().out
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["identical"] == {"jump_forward+spec": True, "unconstrained+spec": True}
+    assert case["prompt"].startswith("Fly to Shenzhen")
 
 
 def test_console_script_runs():
