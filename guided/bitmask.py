@@ -84,6 +84,11 @@ class TokenBitmask:
         matcher.fill_bitmask_at(self.addresses[self.index] + row * self.words * 4, self.words * 4)
         return self.arrays[self.index]
 
+    def allow(self, row: int, token: int) -> None:
+        """Also allow `token` in row `row` of the buffer last filled (before it is applied)."""
+        view = self.views[self.index].view(np.uint32)
+        view[row, token // 32] |= np.uint32(1 << (token % 32))
+
     def apply(self, logits: mx.array) -> mx.array:
         """`apply_token_bitmask(logits, current)` for logits [rows, V] or [V]: the first rows of `current`."""
         rows = 1 if logits.ndim == 1 else logits.shape[0]

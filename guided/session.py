@@ -17,10 +17,11 @@ from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
 from guided.compiler import NotEnforced
 from guided.spec import JSON_KINDS, make_spec
-from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
+from guided.strategy import ConstrainedDecodingStrategy, GuidedStats, Reasoning
 from guided.tokenizer_info import get_tokenizer_info
 from guided.validation import check_json
 from runtime.generate import Delta, GenerationResult
+from runtime.reasoning import ReasoningMarkers, ReasoningTokens, split_reasoning
 from runtime.sampling import SamplingParams
 
 
@@ -34,6 +35,8 @@ class GuidedResult(GenerationResult):
         schema as given (a safety net; in lenient mode it checks what the grammar did not enforce).
     errors: why not valid: "incomplete ...", the engine's message, or "<pointer>: <jsonschema message>".
     stats: guided counters (`GuidedStats`); not_enforced: lenient-mode gaps.
+    reasoning: a thinking model's reasoning text (between its markers, stripped), or None when it did
+        not reason; `text`, `value` and `valid` are then about the answer after the block only.
     """
 
     value: Any = None
@@ -43,6 +46,7 @@ class GuidedResult(GenerationResult):
     stats: GuidedStats = field(default_factory=GuidedStats)
     not_enforced: tuple[NotEnforced, ...] = ()
     compile_seconds: float = 0.0
+    reasoning: str | None = None
 
 
 class ConstrainedSession:
@@ -61,6 +65,11 @@ class ConstrainedSession:
     max_draft (8): the longest speculative draft (the bitmask has max_draft + 1 rows).
     check: an extra final check of the output text, `check(text) -> list of errors` (the server
         checks each tool call's arguments with it); errors make the result invalid.
+    max_reasoning_tokens (1024): a thinking model (its chat template has known reasoning markers, see
+        `runtime.reasoning`) reasons freely before the constrained answer, for at most this many
+        tokens, then the end marker is forced. `reasoning_markers=(start, end)` overrides the
+        detected markers; `chat_template_kwargs={"enable_thinking": False}` in `stream`/`generate`
+        turns reasoning off where the template supports it.
     cache: the compiled-grammar cache (the process-wide `default_cache` by default).
 
     This object is the one guided path: the Python API, the CLI and the server all go from spec to
@@ -72,7 +81,8 @@ class ConstrainedSession:
     def __init__(self, model, *, schema=None, json_object: bool = False, regex: str | None = None, choices=None,
                  grammar: str | None = None, any_whitespace: bool = False, strict: bool = True,
                  lenient: bool = False, jump_forward: bool = True, speculative=None, max_draft: int = 8,
-                 check: Callable[[str], list[str]] | None = None, cache: GrammarCache | None = None):
+                 check: Callable[[str], list[str]] | None = None, max_reasoning_tokens: int = 1024,
+                 reasoning_markers: tuple[str, str] | None = None, cache: GrammarCache | None = None):
         self.model = model
         self.spec = make_spec(schema=schema, json_object=json_object, regex=regex, choices=choices, grammar=grammar,
                               any_whitespace=any_whitespace, strict=strict, lenient=lenient)
@@ -84,6 +94,13 @@ class ConstrainedSession:
         self.check = check
         self._bitmask: TokenBitmask | None = None
         self.matcher = self.compiled.matcher()  # the low-level calls' state
+        if max_reasoning_tokens < 1:
+            raise ValueError(f"max_reasoning_tokens must be >= 1, got {max_reasoning_tokens}")
+        markers = ReasoningMarkers(*reasoning_markers) if reasoning_markers else model.tokenizer.reasoning_markers
+        self.reasoning = None
+        if markers is not None:
+            self.reasoning = Reasoning(ReasoningTokens.of(markers, model.tokenizer.hf), max_reasoning_tokens)
+        self.reasoning_markers = markers
 
     @property
     def bitmask(self) -> TokenBitmask:
@@ -95,10 +112,13 @@ class ConstrainedSession:
 
     # -- generation ---------------------------------------------------------------------------------
 
-    def strategy(self, sampling: SamplingParams | None = None, logprobs: bool = False) -> ConstrainedDecodingStrategy:
-        """A fresh `ConstrainedDecodingStrategy` for one generation, sharing this session's bitmask."""
+    def strategy(self, sampling: SamplingParams | None = None, logprobs: bool = False,
+                 thinking: bool = True) -> ConstrainedDecodingStrategy:
+        """A fresh `ConstrainedDecodingStrategy` for one generation, sharing this session's bitmask;
+        `thinking=False` keeps a thinking model from opening a reasoning block."""
         return ConstrainedDecodingStrategy(self.compiled, sampling, bitmask=self.bitmask, jump_forward=self.jump_forward,
-                                           want_logprobs=logprobs, max_draft=self.max_draft)
+                                           want_logprobs=logprobs, max_draft=self.max_draft,
+                                           reasoning=self.reasoning if thinking else None)
 
     def stream(self, prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
                top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
@@ -113,7 +133,8 @@ class ConstrainedSession:
         sampling = sampling or SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                                               repetition_penalty=repetition_penalty, seed=seed)
         kwargs.setdefault("speculative", self.speculative)
-        strategy = self.strategy(sampling, kwargs.get("logprobs", False))
+        thinking = (kwargs.get("chat_template_kwargs") or {}).get("enable_thinking", True) is not False
+        strategy = self.strategy(sampling, kwargs.get("logprobs", False), thinking)
         for delta in self.model.stream(prompt, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):
             if delta.result is not None:
                 delta.result = self._verdict(delta.result, strategy)
@@ -131,6 +152,11 @@ class ConstrainedSession:
         (a stop string cut what the grammar still required; the final check failed) is reported
         with finish_reason "error": never invalid output presented as a normal stop."""
         complete = result.finish_reason == "stop" and strategy.complete
+        reasoning = None
+        if strategy.stats.reasoning_tokens or strategy.prompt_state == "open":
+            reasoning, answer = split_reasoning(result.text, self.reasoning_markers, opened=strategy.prompt_state == "open")
+            reasoning = reasoning.strip() if reasoning is not None else None
+            result = GenerationResult(**dict(vars(result), text=answer))
         errors: list[str] = []
         if result.finish_reason == "error":
             errors.append(result.error or strategy.error or "grammar engine error")
@@ -149,7 +175,7 @@ class ConstrainedSession:
             fields = dict(fields, finish_reason="error", error="; ".join(errors))
         return GuidedResult(**fields, value=value, complete=complete, valid=complete and not errors,
                             errors=errors, stats=strategy.stats, not_enforced=self.compiled.not_enforced,
-                            compile_seconds=self.compiled.compile_seconds)
+                            compile_seconds=self.compiled.compile_seconds, reasoning=reasoning)
 
     # -- low-level calls, for a decoding loop of one's own ------------------------------------------
 

@@ -53,18 +53,21 @@ class Model:
         self.context_length = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
         self.draft: Model | None = None
 
-    def prompt_ids(self, prompt, *, chat_template: bool = True, tools: list[dict] | None = None) -> list[int]:
+    def prompt_ids(self, prompt, *, chat_template: bool = True, tools: list[dict] | None = None,
+                   chat_template_kwargs: dict | None = None) -> list[int]:
         """Token ids of a prompt: a list of chat messages (rendered with the chat template), a
         string (wrapped as one user message when the model has a chat template and `chat_template`
-        is true; else encoded as plain text), or a list of token ids (used as is)."""
+        is true; else encoded as plain text), or a list of token ids (used as is).
+        `chat_template_kwargs`: template variables, e.g. {"enable_thinking": False}."""
+        kwargs = chat_template_kwargs or {}
         if isinstance(prompt, str):
             if chat_template and self.tokenizer.has_chat_template:
-                return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tools=tools)
+                return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tools=tools, **kwargs)
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
             return list(prompt)
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
-            return self.tokenizer.apply_chat_template(list(prompt), tools=tools)
+            return self.tokenizer.apply_chat_template(list(prompt), tools=tools, **kwargs)
         raise ValueError("prompt must be a string, a non-empty list of chat messages, or a list of token ids")
 
     def stream(
@@ -81,6 +84,7 @@ class Model:
         prompt_cache: PromptCache | None = None,
         logprobs: bool = False,
         speculative=None,
+        chat_template_kwargs: dict | None = None,
         **sampling_fields,
     ) -> Iterator[Delta]:
         """Stream a generation as `Delta`s (see `runtime.generate.stream_tokens`).
@@ -90,7 +94,7 @@ class Model:
         `SamplingStrategy(sampling)`. `speculative`: None (off), "prompt_lookup", "draft" (this
         model's `draft`) or a `Model` sharing this tokenizer (see `runtime.speculative`); the output
         is the same as without it (token for token at temperature 0, in distribution otherwise).
-        Raises ValueError for bad parameters before any work starts, TypeError for an unknown keyword.
+        `chat_template_kwargs`: template variables (e.g. {"enable_thinking": False}). Raises ValueError for bad parameters before any work starts, TypeError for an unknown keyword.
         """
         if sampling is not None and sampling_fields:
             raise ValueError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
@@ -98,7 +102,7 @@ class Model:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         drafter = make_drafter(speculative, self)
-        ids = self.prompt_ids(prompt, chat_template=chat_template, tools=tools)
+        ids = self.prompt_ids(prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs)
         if self.context_length and len(ids) >= self.context_length:
             raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is {self.context_length}")
         strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs)

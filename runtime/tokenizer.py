@@ -11,6 +11,8 @@ from pathlib import Path
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import load_tokenizer
 
+from runtime.reasoning import detect_markers
+
 
 def _json(path: Path) -> dict:
     try:
@@ -36,6 +38,8 @@ class Tokenizer:
             generation_config.json (int or list), and the end-of-turn ids of tokenizer_config.json.
         special_ids: ids of all special (control) tokens, which are never rendered as text.
         bos_id: the BOS id, or None.
+        reasoning_markers: `runtime.reasoning.ReasoningMarkers` when the chat template is a thinking
+            model's (settable), else None.
         add_bos: whether plain-text prompts get BOS prepended (tokenizer_config `add_bos_token`).
     """
 
@@ -53,6 +57,7 @@ class Tokenizer:
         self.bos_id = self.hf.bos_token_id
         self.add_bos = bool(tok_config.get("add_bos_token", False)) and self.bos_id is not None
         self.has_chat_template = self._wrapper.has_chat_template
+        self.reasoning_markers = detect_markers(getattr(self.hf, "chat_template", None))
 
     def __len__(self) -> int:
         return len(self.hf)
@@ -68,15 +73,16 @@ class Tokenizer:
         return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
-                            add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of a chat rendered with the model's template.
+                            add_generation_prompt: bool = True, **template_kwargs) -> list[int]:
+        """Token ids of a chat rendered with the model's template. `template_kwargs` are variables of
+        the template (e.g. `enable_thinking=False` for Qwen3), as vLLM's `chat_template_kwargs`.
 
         Raises ValueError when the model has no chat template (a base model): pass a plain prompt.
         """
         if not self.has_chat_template:
             raise ValueError("this model has no chat template; pass a plain text prompt (or --no-chat-template)")
         text = self._wrapper.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False, **template_kwargs
         )
         return self.encode(text)
 

@@ -52,6 +52,8 @@ def add_grammar_args(p) -> None:
     p.add_argument("--any-whitespace", action="store_true", help="allow free JSON whitespace (default: bounded)")
     p.add_argument("--no-strict", action="store_true", help="allow properties the schema does not declare")
     p.add_argument("--lenient", action="store_true", help="compile what can be enforced; check the rest after generation")
+    p.add_argument("--max-reasoning-tokens", type=positive_int, default=1024,
+                   help="thinking models: reasoning tokens before the constrained answer is forced (default: %(default)s)")
 
 
 def load_model(args):
@@ -86,7 +88,8 @@ def constrained_session(model, args):
     """A `ConstrainedSession` for the grammar options given, or None when there are none."""
     from guided import ConstrainedSession
 
-    options = dict(any_whitespace=args.any_whitespace, strict=not args.no_strict, lenient=args.lenient)
+    options = dict(any_whitespace=args.any_whitespace, strict=not args.no_strict, lenient=args.lenient,
+                   max_reasoning_tokens=args.max_reasoning_tokens)
     if args.schema:
         inline = args.schema.strip().startswith("{") or args.schema.strip() in ("true", "false")
         text = args.schema if inline else Path(args.schema).read_text()

@@ -15,6 +15,8 @@ def register(sub) -> None:
     src.add_argument("--prompt", help="the prompt (a user message when the model has a chat template)")
     src.add_argument("--messages", type=Path, help="JSON file with a list of chat messages")
     p.add_argument("--no-chat-template", action="store_true", help="send --prompt as plain text")
+    p.add_argument("--no-thinking", action="store_true",
+                   help="thinking models: pass enable_thinking=false to the chat template (no reasoning block)")
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     common.add_sampling_args(p)
     common.add_model_args(p)
@@ -33,7 +35,8 @@ def run(args) -> int:
     model = common.load_model(args)
     session = common.constrained_session(model, args)
     kwargs = dict(max_tokens=args.max_tokens, sampling=sampling, stop=args.stop or None,
-                  chat_template=not args.no_chat_template, speculative=args.speculative)
+                  chat_template=not args.no_chat_template, speculative=args.speculative,
+                  chat_template_kwargs={"enable_thinking": False} if args.no_thinking else None)
     runner = session if session is not None else model
     if args.stream:
         result = None
@@ -44,6 +47,8 @@ def run(args) -> int:
         sys.stdout.write("\n")
     else:
         result = runner.generate(prompt, **kwargs)
+        if getattr(result, "reasoning", None):
+            print(f"[reasoning] {result.reasoning}", file=sys.stderr)
         print(result.text)
     common.print_stats(result, args.verbose)
     if session is not None and not result.valid:

@@ -32,6 +32,7 @@ from coreai.server.queue import Job, QueueFull
 from coreai.server.tools import ParsedCall, ToolCallParser
 from guided import get_tokenizer_info
 from runtime import GenerationResult, Model, SamplingParams
+from runtime.reasoning import ReasoningMarkers, ReasoningSplitter, ReasoningTokens, split_reasoning
 
 log = logging.getLogger("coreai.server")
 
@@ -176,14 +177,14 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
             raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from None
         return GenerationParams(prompt_ids, sampling, budget, req.stop_list(),
                                 constraint.session if constraint else None, logprobs, top_logprobs,
-                                config.speculative)
+                                config.speculative, getattr(req, "chat_template_kwargs", None))
 
     def prepare_chat(req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         constraint = constraints.for_chat(req)
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
         messages = [_template_message(m, i) for i, m in enumerate(req.messages)]
         try:
-            ids = model.prompt_ids(messages, tools=tools)
+            ids = model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
         params = generation_params(req, ids, constraint, req.max_completion_tokens or req.max_tokens,
@@ -218,6 +219,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         params, constraint = await run_in_threadpool(prepare, req)
         job = submit(params)
         reply = reply_class(req, constraint, model, name)
+        reply.reasoning = _reasoning(model, req, params.prompt_ids)
         if req.stream:
             return StreamingResponse(_sse(reply.stream(job)), media_type="text/event-stream")
         pieces, result = await _collect(job, request)
@@ -236,6 +238,21 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         return await respond(req, request, prepare_completion, CompletionReply)
 
     return app
+
+
+def _reasoning(model: Model, req, prompt_ids: list[int]) -> tuple[ReasoningMarkers, bool] | None:
+    """(markers, whether the prompt opened the block) when a chat reply of a thinking model may
+    carry reasoning; None otherwise (no markers, thinking turned off, the template closed the block)."""
+    markers = model.tokenizer.reasoning_markers
+    if markers is None or not isinstance(req, s.ChatCompletionRequest):
+        return None
+    if (req.chat_template_kwargs or {}).get("enable_thinking") is False:
+        return None
+    try:
+        state = ReasoningTokens.of(markers, model.tokenizer.hf).prompt_state(prompt_ids)
+    except ValueError:
+        return None
+    return None if state == "closed" else (markers, state == "open")
 
 
 def _template_message(m, index: int) -> dict:
@@ -330,6 +347,7 @@ class _Reply:
 
     def __init__(self, req, constraint: Constraint | None, model: Model, name: str, prefix: str):
         self.req, self.constraint, self.model, self.name = req, constraint, model, name
+        self.reasoning: tuple[ReasoningMarkers, bool] | None = None  # set by the route (see `_reasoning`)
         self.id = prefix + uuid.uuid4().hex
         self.created = int(time.time())
 
@@ -358,6 +376,9 @@ class ChatReply(_Reply):
 
     def complete(self, pieces: list[Piece], result: GenerationResult) -> s.ChatCompletion:
         text = "".join(p.text for p in pieces)
+        reasoning = None
+        if self.reasoning is not None:
+            reasoning, text = split_reasoning(text, *self.reasoning)
         calls: list[ParsedCall] = []
         if self.tools:
             parser = ToolCallParser()
@@ -368,7 +389,8 @@ class ChatReply(_Reply):
         finish = _finish_reason(result, calls)
         tool_calls = [s.ResponseToolCall(id=c.id, function=s.ResponseFunctionCall(name=c.name, arguments=c.arguments))
                       for c in calls] or None
-        message = s.ResponseMessage(content=content if content or not calls else None, tool_calls=tool_calls)
+        message = s.ResponseMessage(content=content if content or not calls else None, tool_calls=tool_calls,
+                                    reasoning_content=reasoning)
         logprobs = None
         if self.req.logprobs:
             logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])])
@@ -391,6 +413,7 @@ class ChatReply(_Reply):
         the finish_reason, then usage if `stream_options.include_usage`. Cancels the job when the
         client goes away (the generator is closed)."""
         parser = ToolCallParser() if self.tools else None
+        splitter = ReasoningSplitter(*self.reasoning) if self.reasoning else None
         content: list[str] = []
         pending_logprobs: list[TokenLogprob] = []
         result = None
@@ -401,8 +424,20 @@ class ChatReply(_Reply):
                     result = item
                     continue
                 pending_logprobs += item.logprobs or []
-                out = parser.feed(item.text) if parser else ([item.text] if item.text else [])
+                text = item.text
+                if splitter is not None:
+                    reasoning, text = splitter.feed(text)
+                    if reasoning:
+                        yield self.chunk(s.ChunkDelta(reasoning_content=reasoning))
+                out = parser.feed(text) if parser else ([text] if text else [])
                 for x in out:
+                    yield self._delta(x, parser, content, pending_logprobs)
+                    pending_logprobs = []
+            if splitter is not None:
+                reasoning, text = splitter.finish()
+                if reasoning:
+                    yield self.chunk(s.ChunkDelta(reasoning_content=reasoning))
+                for x in parser.feed(text) if parser else ([text] if text else []):
                     yield self._delta(x, parser, content, pending_logprobs)
                     pending_logprobs = []
             for x in parser.finish() if parser else []:

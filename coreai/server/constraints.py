@@ -18,6 +18,8 @@ from coreai.server.schemas import ChatCompletionRequest, JsonObjectFormat, JsonS
 from guided import ConstrainedSession, TokenizerInfo
 from runtime import Model
 
+REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
+
 
 @dataclass
 class Constraint:
@@ -42,11 +44,12 @@ class Constraints:
             self.tags = tuple(tool_format.token_ref(t, hf, tokenizer.ll_tokenizer)
                               for t in (tool_format.OPEN, tool_format.CLOSE))
 
-    def _session(self, param: str, **options) -> ConstrainedSession:
+    def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
+        effort = getattr(req, "reasoning_effort", None) or "medium"
         try:
-            return ConstrainedSession(self.model, **options)
+            return ConstrainedSession(self.model, max_reasoning_tokens=REASONING_BUDGETS[effort], **options)
         except (SchemaError, GrammarError) as exc:
             raise from_library_error(exc, param) from None
 
@@ -55,23 +58,23 @@ class Constraints:
         if req.structured_outputs is not None and response_format is not None and response_format.type != "text":
             raise bad_request("give either response_format or structured_outputs, not both", "structured_outputs")
         if isinstance(response_format, JsonObjectFormat):
-            return Constraint(self._session("response_format", json_object=True))
+            return Constraint(self._session("response_format", req, json_object=True))
         if isinstance(response_format, JsonSchemaFormat):
             spec = response_format.json_schema
             schema = spec.schema_ if spec.schema_ is not None else {}
             # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
-            return Constraint(self._session("response_format.json_schema.schema", schema=schema,
+            return Constraint(self._session("response_format.json_schema.schema", req, schema=schema,
                                             strict=spec.strict is not False))
         so = req.structured_outputs
         if so is None:
             return None
         if so.json_ is not None:
-            return Constraint(self._session("structured_outputs.json", schema=so.json_))
+            return Constraint(self._session("structured_outputs.json", req, schema=so.json_))
         if so.regex is not None:
-            return Constraint(self._session("structured_outputs.regex", regex=so.regex))
+            return Constraint(self._session("structured_outputs.regex", req, regex=so.regex))
         if so.choice is not None:
-            return Constraint(self._session("structured_outputs.choice", choices=so.choice))
-        return Constraint(self._session("structured_outputs.grammar", grammar=so.grammar))
+            return Constraint(self._session("structured_outputs.choice", req, choices=so.choice))
+        return Constraint(self._session("structured_outputs.grammar", req, grammar=so.grammar))
 
     def for_chat(self, req: ChatCompletionRequest) -> Constraint | None:
         """The constraint of a chat request, or None for free text."""
@@ -90,12 +93,12 @@ class Constraints:
             except SchemaError as exc:
                 raise from_library_error(exc, param) from None
             # Compiled alone first, so an unenforceable keyword is reported with this tool's pointer.
-            self._session(param, schema=schemas[tool.function.name], strict=False)
+            self._session(param, req, schema=schemas[tool.function.name], strict=False)
         allowed = {f.name: schemas[f.name] for f in functions}
         grammar = tool_format.tool_grammar(allowed, mode=mode, parallel=req.parallel_tool_calls,
                                            open_ref=self.tags[0], close_ref=self.tags[1])
         check = functools.partial(tool_format.call_errors, functions=allowed)
-        return Constraint(self._session("tools", grammar=grammar, check=check), mode)
+        return Constraint(self._session("tools", req, grammar=grammar, check=check), mode)
 
     def tool_mode(self, req: ChatCompletionRequest):
         """("auto" | "required" | None, the functions a call may use) from tools and tool_choice."""

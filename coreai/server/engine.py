@@ -51,6 +51,8 @@ class GenerationParams:
     session: the guided session constraining the output, or None for free text.
     logprobs: return per-token logprobs; top_logprobs: how many alternatives (0-20) with each.
     speculative: the speculative-decoding option of `Model.stream` ("prompt_lookup", "draft", None).
+    chat_template_kwargs: the request's template variables ({"enable_thinking": False} keeps a
+        thinking model's session from opening a reasoning block).
     """
 
     prompt_ids: list[int]
@@ -61,6 +63,7 @@ class GenerationParams:
     logprobs: bool = False
     top_logprobs: int = 0
     speculative: str | None = None
+    chat_template_kwargs: dict | None = None
 
 
 class Engine:
@@ -87,6 +90,7 @@ class Engine:
             for delta in runner.stream(
                 p.prompt_ids, sampling=p.sampling, max_tokens=p.max_tokens, stop=p.stop or None, cancel=cancel,
                 prompt_cache=self.prompt_cache, logprobs=p.logprobs, speculative=p.speculative,
+                chat_template_kwargs=p.chat_template_kwargs,
             ):
                 logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
                 if delta.text or logprobs:

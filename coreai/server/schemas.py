@@ -194,6 +194,10 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    # Thinking models: the reasoning budget (low 256, medium 1024, high 4096 tokens) and template
+    # variables such as {"enable_thinking": false}, as vLLM accepts them.
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -240,6 +244,7 @@ class ResponseToolCall(BaseModel):
 class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    reasoning_content: str | None = None  # a thinking model's reasoning (vLLM's and DeepSeek's field)
     refusal: None = None
     tool_calls: list[ResponseToolCall] | None = None
 
@@ -300,6 +305,7 @@ class ChunkToolCall(BaseModel):
 
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
+    reasoning_content: str | None = None
     content: str | None = None
     tool_calls: list[ChunkToolCall] | None = None
 

@@ -1,0 +1,134 @@
+"""Reasoning blocks of thinking models (`<think> ... </think>` before the answer): the markers of the
+known families, and a streaming splitter of generated text into reasoning and answer.
+
+Families: Qwen3 / QwQ / DeepSeek-R1 distills use `<think>` and `</think>`; Kimi uses `◁think▷`
+and `◁/think▷`; Seed-OSS `<seed:think>` and `</seed:think>`. A model is taken to think when its
+chat template mentions both markers of a family; `Model.reasoning_markers` can be set by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KNOWN_MARKERS = (("<think>", "</think>"), ("◁think▷", "◁/think▷"), ("<seed:think>", "</seed:think>"))
+
+
+@dataclass(frozen=True)
+class ReasoningMarkers:
+    """The text that opens and closes a reasoning block, and the separator the family writes
+    between the block and the answer (Qwen3: a blank line)."""
+
+    start: str
+    end: str
+    separator: str = "\n\n"
+
+
+def detect_markers(chat_template) -> ReasoningMarkers | None:
+    """The markers of a known family whose start and end both appear in `chat_template` (a string,
+    or a dict of named templates), else None."""
+    if isinstance(chat_template, dict):
+        chat_template = "\n".join(str(t) for t in chat_template.values())
+    if not chat_template:
+        return None
+    for start, end in KNOWN_MARKERS:
+        if start in chat_template and end in chat_template:
+            return ReasoningMarkers(start, end)
+    return None
+
+
+class ReasoningSplitter:
+    """Splits streamed text into (reasoning, answer) pieces.
+
+    opened: the prompt already opened the block (the text starts inside it); otherwise a block is
+    recognised only at the very start of the output (after whitespace). Text that may be the start
+    of a marker is held back until it is not. The separator after the end marker is dropped.
+    """
+
+    def __init__(self, markers: ReasoningMarkers, opened: bool = False):
+        self.markers = markers
+        self._state = "inside" if opened else "start"  # start -> inside -> after -> answer
+        self._buf = ""
+        self.seen = opened  # a reasoning block was opened
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """Add generated text; returns (reasoning, answer) text that is safe to emit now."""
+        self._buf += text
+        reasoning = answer = ""
+        m = self.markers
+        if self._state == "start":
+            head = self._buf.lstrip()
+            if head.startswith(m.start):
+                self._buf, self._state, self.seen = head[len(m.start):], "inside", True
+            elif m.start.startswith(head):
+                return "", ""  # maybe a marker still arriving
+            else:
+                self._state = "answer"
+        if self._state == "inside":
+            end = self._buf.find(m.end)
+            if end < 0:
+                keep = _partial_suffix(self._buf, m.end)
+                reasoning, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep:]
+                return reasoning, ""
+            reasoning, self._buf, self._state = self._buf[:end], self._buf[end + len(m.end):], "after"
+        if self._state == "after":
+            stripped = self._buf.lstrip("\n")
+            if not stripped and len(self._buf) < len(m.separator):
+                return reasoning, ""
+            self._buf, self._state = stripped, "answer"
+        answer, self._buf = self._buf, ""
+        return reasoning, answer
+
+    def finish(self) -> tuple[str, str]:
+        """Flush held-back text at the end of generation."""
+        text, self._buf = self._buf, ""
+        if self._state == "inside":
+            return text, ""
+        if self._state == "start":
+            return "", text
+        return "", text.lstrip("\n") if self._state == "after" else text
+
+
+def split_reasoning(text: str, markers: ReasoningMarkers | None, opened: bool = False) -> tuple[str | None, str]:
+    """(reasoning or None when there was no block, answer) of a whole output."""
+    if markers is None:
+        return None, text
+    splitter = ReasoningSplitter(markers, opened)
+    r1, a1 = splitter.feed(text)
+    r2, a2 = splitter.finish()
+    return (r1 + r2 if splitter.seen else None), a1 + a2
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `marker`."""
+    return next((k for k in range(min(len(marker) - 1, len(text)), 0, -1) if text.endswith(marker[:k])), 0)
+
+
+@dataclass(frozen=True)
+class ReasoningTokens:
+    """Token ids of a family's markers and separator for one tokenizer."""
+
+    start: tuple[int, ...]
+    end: tuple[int, ...]
+    separator: tuple[int, ...]
+
+    @classmethod
+    def of(cls, markers: ReasoningMarkers, hf_tokenizer) -> "ReasoningTokens":
+        """Raises ValueError when a marker is not in the vocabulary as one token (a family this
+        tokenizer does not speak)."""
+        ids = [hf_tokenizer.encode(m, add_special_tokens=False) for m in (markers.start, markers.end, markers.separator)]
+        if len(ids[0]) != 1 or len(ids[1]) != 1:
+            raise ValueError(f"reasoning markers {markers.start!r} / {markers.end!r} are not single tokens of this tokenizer")
+        return cls(*(tuple(i) for i in ids))
+
+    def prompt_state(self, prompt_ids: list[int]) -> str:
+        """"open": the prompt opened a block (the output starts inside it); "closed": the prompt ends
+        with a closed block (the template turned thinking off, e.g. Qwen3's enable_thinking=False);
+        "free": the model may open a block with its first token."""
+        start, end = self.start[0], self.end[0]
+        last_start = max((i for i, t in enumerate(prompt_ids) if t == start), default=-1)
+        last_end = max((i for i, t in enumerate(prompt_ids) if t == end), default=-1)
+        if last_start > last_end:
+            return "open"
+        if last_end >= 0 and len(prompt_ids) - last_end <= len(self.separator) + 1:
+            return "closed"
+        return "free"

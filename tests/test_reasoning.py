@@ -1,0 +1,167 @@
+"""Reasoning-aware guided generation on a tiny random-weight Qwen3 (mlx-lm's qwen3 architecture)
+with Qwen's tokenizer carrying Qwen3's `<think>` / `</think>` tokens and a Qwen3 chat template."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from guided import ConstrainedSession  # noqa: E402
+from runtime import load_model  # noqa: E402
+from runtime.reasoning import ReasoningMarkers, ReasoningSplitter, detect_markers, split_reasoning  # noqa: E402
+
+# Qwen3's format; the generation prompt opens the block as Qwen3-Thinking-2507 and DeepSeek-R1 do, and
+# closes an empty one when enable_thinking is false, as Qwen3's template does.
+TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}}, "required": ["ok", "n"]}
+QWEN3_TOKENS = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "<think>", 151668: "</think>"}
+
+
+@pytest.fixture(scope="module")
+def qwen3(qwen_dir, tmp_path_factory):
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import qwen3
+
+    folder = tmp_path_factory.mktemp("tiny-qwen3")
+    tok = json.loads((qwen_dir / "tokenizer.json").read_text())
+    for entry in tok["added_tokens"]:
+        if entry["id"] in QWEN3_TOKENS:
+            old, entry["content"], entry["special"] = entry["content"], QWEN3_TOKENS[entry["id"]], False
+            tok["model"]["vocab"][entry["content"]] = tok["model"]["vocab"].pop(old)
+    (folder / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    config = json.loads((qwen_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = TEMPLATE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    shutil.copy(qwen_dir / "generation_config.json", folder / "generation_config.json")
+    real = json.loads((qwen_dir / "config.json").read_text())
+    model_config = dict(
+        model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, vocab_size=real["vocab_size"], rope_theta=1e6,
+        tie_word_embeddings=True, max_position_embeddings=512, eos_token_id=real.get("eos_token_id"),
+    )
+    mx.random.seed(0)
+    network = qwen3.Model(qwen3.ModelArgs.from_dict(model_config))
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(network.parameters())))
+    (folder / "config.json").write_text(json.dumps(model_config))
+    return load_model(folder)
+
+
+MESSAGES = [{"role": "user", "content": "Is it ok? Answer as JSON."}]
+
+
+def test_markers_detected_from_the_template(qwen3, qwen_model):
+    assert qwen3.tokenizer.reasoning_markers == ReasoningMarkers("<think>", "</think>")
+    assert qwen_model.tokenizer.reasoning_markers is None  # the default model does not think
+    assert detect_markers({"default": "x <think> y </think>"}) is not None and detect_markers(None) is None
+
+
+def test_reasoning_then_a_valid_answer(qwen3):
+    session = ConstrainedSession(qwen3, schema=SCHEMA, max_reasoning_tokens=12)
+    result = session.generate(MESSAGES, max_tokens=60, temperature=1.0, seed=5)
+    assert result.valid and result.value is not None and set(result.value) == {"ok", "n"}
+    assert result.reasoning and "</think>" not in result.text and result.text.startswith("{")
+    assert result.stats.reasoning_tokens == 12  # the budget forced the end marker (random weights never close it)
+    end = qwen3.tokenizer.hf.convert_tokens_to_ids("</think>")
+    assert result.token_ids[11] != end and result.token_ids[12] == end  # forced right after 12 tokens
+
+
+def test_no_eos_inside_the_block(qwen3):
+    """EOS is masked while thinking: with EOS favoured by a huge bias the block still runs to its budget."""
+    session = ConstrainedSession(qwen3, schema=SCHEMA, max_reasoning_tokens=6)
+    strategy = session.strategy()
+    eos = sorted(qwen3.tokenizer.eos_ids)
+    strategy.begin(qwen3.prompt_ids(MESSAGES))
+    logits = mx.zeros((1, qwen3.vocab_size))
+    logits[:, eos] = 1e4
+    for _ in range(6):
+        step = strategy.step(logits)
+        assert not set(step.tokens) & set(eos)
+    assert strategy.phase == "answer"
+
+
+def test_enable_thinking_false_gives_no_reasoning(qwen3):
+    session = ConstrainedSession(qwen3, schema=SCHEMA)
+    result = session.generate(MESSAGES, max_tokens=40, chat_template_kwargs={"enable_thinking": False})
+    assert result.valid and result.reasoning is None and result.stats.reasoning_tokens == 0
+
+
+def test_a_model_may_open_the_block_itself(qwen3):
+    """With a template that leaves it to the model (Qwen3's own), the first token may be <think> or the
+    grammar's start; nothing else."""
+    session = ConstrainedSession(qwen3, schema=SCHEMA)
+    strategy = session.strategy()
+    ids = qwen3.prompt_ids(MESSAGES)[:-2]  # drop "<think>\n": the model decides
+    strategy.begin(ids)
+    assert strategy.phase == "free"
+    strategy.prepare()
+    bits = np.unpackbits(np.array(session.bitmask.current[:1]).view(np.uint8), bitorder="little")
+    allowed = set(np.nonzero(bits)[0].tolist())
+    think = qwen3.tokenizer.hf.convert_tokens_to_ids("<think>")
+    assert think in allowed and all(qwen3.tokenizer.decode([t]).startswith("{") for t in allowed - {think})
+
+
+def test_streaming_split_equals_the_whole_split():
+    markers = ReasoningMarkers("<think>", "</think>")
+    text = '<think>\nfirst, the sum</thi is not the end\n</think>\n\n{"ok":true}'
+    for opened, sample in ((False, text), (True, text[len("<think>"):])):
+        whole = split_reasoning(sample, markers, opened)
+        splitter = ReasoningSplitter(markers, opened)
+        pieces = [splitter.feed(ch) for ch in sample] + [splitter.finish()]
+        assert ("".join(r for r, _ in pieces), "".join(a for _, a in pieces)) == whole
+        assert whole == ("\nfirst, the sum</thi is not the end\n", '{"ok":true}')
+    assert split_reasoning('{"ok":true}', markers) == (None, '{"ok":true}')
+
+
+# -- the server: message.reasoning_content / delta.reasoning_content ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(qwen3):
+    from coreai.server import ServerConfig
+    from coreai.server.background import serve_in_thread
+
+    with serve_in_thread(qwen3, ServerConfig(model_name="qwen3", max_tokens=400, temperature=0.0)) as base:
+        yield base
+
+
+def _chat(base, **kw):
+    import openai
+
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    return client.chat.completions.create(model="qwen3", messages=MESSAGES, **kw)
+
+
+def test_server_constrained_answer_after_reasoning_streams_the_same_split(server):
+    body = dict(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+                reasoning_effort="low", max_tokens=300, extra_body={"seed": 3}, temperature=1.0)
+    reply = _chat(server, **body)
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "stop"
+    assert set(json.loads(message.content)) == {"ok", "n"} and "</think>" not in message.content
+    reasoning = message.model_extra["reasoning_content"]
+    assert reasoning and reply.usage.completion_tokens > 256  # "low": 256 reasoning tokens, then the answer
+    chunks = list(_chat(server, stream=True, **body))
+    streamed_reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                                 for c in chunks if c.choices)
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert (streamed_reasoning, streamed) == (reasoning, message.content)
+
+
+def test_server_thinking_off_and_plain_generation(server):
+    off = _chat(server, max_tokens=8, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert off.choices[0].message.model_extra.get("reasoning_content") is None
+    plain = _chat(server, max_tokens=8)  # free text, still inside the block at max_tokens
+    message = plain.choices[0].message
+    assert message.model_extra["reasoning_content"] and not message.content
+    assert plain.choices[0].finish_reason == "length"
