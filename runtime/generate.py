@@ -90,7 +90,25 @@ def default_prefill_step() -> int:
     return 2048 if mx.metal.is_available() else 64
 
 
-def stream_tokens(
+def stream_tokens(network, tokenizer, prompt_ids: list[int], strategy: DecodingStrategy, *, max_tokens: int = 256,
+                  context_length: int | None = None, **options) -> Iterator[Delta]:
+    """Run one generation and yield `Delta`s; the last one carries the `GenerationResult`.
+
+    Checks its arguments at the call, before any work (the generation itself starts at the first
+    `next()`); see `_generate` for the arguments.
+    Raises:
+        ValueError: empty prompt, max_tokens < 1, or a prompt longer than `context_length`.
+    """
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if context_length and len(prompt_ids) >= context_length:
+        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {context_length}")
+    return _generate(network, tokenizer, prompt_ids, strategy, max_tokens=max_tokens, **options)
+
+
+def _generate(
     network,
     tokenizer,
     prompt_ids: list[int],
@@ -101,10 +119,9 @@ def stream_tokens(
     cancel: threading.Event | None = None,
     prompt_cache: PromptCache | None = None,
     prefill_step_size: int | None = None,
-    context_length: int | None = None,
     drafter: Drafter | None = None,
 ) -> Iterator[Delta]:
-    """Run one generation and yield `Delta`s; the last one carries the `GenerationResult`.
+    """The generation behind `stream_tokens`.
 
     Args:
         network: an mlx-lm model (nn.Module) returning logits [1, seq, vocab].
@@ -119,15 +136,7 @@ def stream_tokens(
         prefill_step_size: prompt tokens per prefill chunk (default `default_prefill_step()`).
         drafter: speculative draft source (`runtime.speculative`), or None. Ignored when the KV cache
             cannot be trimmed (e.g. rotating caches of sliding-window models).
-    Raises:
-        ValueError: empty prompt, max_tokens < 1, or a prompt longer than `context_length`.
     """
-    if not prompt_ids:
-        raise ValueError("the prompt is empty")
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    if context_length and len(prompt_ids) >= context_length:
-        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {context_length}")
 
     start = time.perf_counter()
     mx.reset_peak_memory()

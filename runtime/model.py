@@ -99,12 +99,10 @@ class Model:
         if sampling is not None and sampling_fields:
             raise ValueError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
         sampling = sampling or SamplingParams(**sampling_fields)
-        if max_tokens < 1:
+        if max_tokens < 1:  # before the prompt is rendered; stream_tokens checks the rest
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         drafter = make_drafter(speculative, self)
         ids = self.prompt_ids(prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs)
-        if self.context_length and len(ids) >= self.context_length:
-            raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is {self.context_length}")
         strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs)
         return stream_tokens(
             self.network, self.tokenizer, ids, strategy, max_tokens=max_tokens, stop=stop, cancel=cancel,

@@ -90,10 +90,8 @@ def constrained_session(model, args):
 
     options = dict(any_whitespace=args.any_whitespace, strict=not args.no_strict, lenient=args.lenient,
                    max_reasoning_tokens=args.max_reasoning_tokens)
-    if args.schema:
-        inline = args.schema.strip().startswith("{") or args.schema.strip() in ("true", "false")
-        text = args.schema if inline else Path(args.schema).read_text()
-        return ConstrainedSession(model, schema=text, **options)
+    if args.schema:  # inline JSON or a file path: `guided.spec.load_schema` tells them apart
+        return ConstrainedSession(model, schema=args.schema, **options)
     if args.json_object:
         return ConstrainedSession(model, json_object=True, **options)
     if args.regex:
