@@ -198,7 +198,10 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
             raise bad_request("the prompt is empty", "prompt")
         if isinstance(prompt, list) and any(not 0 <= t < model.vocab_size for t in prompt):
             raise bad_request(f"prompt token ids must be in [0, {model.vocab_size})", "prompt")
-        ids = model.prompt_ids(prompt, chat_template=False)
+        if isinstance(prompt, str) and req.parse_special_tokens:
+            ids = model.tokenizer.encode(prompt, parse_special=True)
+        else:
+            ids = model.prompt_ids(prompt, chat_template=False)  # special-token text stays text
         want = req.logprobs is not None
         params = generation_params(req, ids, constraint, req.max_tokens, want, req.logprobs or 0)
         return params, constraint
