@@ -483,3 +483,40 @@ def test_completions_prompt_is_text_unless_parse_special_tokens(tiny, tiny_model
     raw = client(tiny).completions.create(model="tiny", prompt=prompt, max_tokens=1,
                                           extra_body={"parse_special_tokens": True})
     assert raw.usage.prompt_tokens == len(tok.encode(prompt, parse_special=True))
+
+
+# ---- engine limits are 400s (issue 12) ------------------------------------------------------------
+
+def _nested(levels: int, array: bool = False) -> dict:
+    schema = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema} if array else \
+            {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+    return schema
+
+
+def _json_schema(schema) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+@pytest.mark.parametrize("body, param, words", [
+    (chat_body(response_format=_json_schema(_nested(64))), "response_format.json_schema.schema", "nests deeper"),
+    (chat_body(response_format=_json_schema(_nested(130, array=True))), "response_format.json_schema.schema", "nests deeper"),
+    (chat_body(response_format=_json_schema(_nested(400))), "response_format.json_schema.schema", "nests deeper"),
+    (chat_body(response_format=_json_schema({"$ref": "#"})), "response_format.json_schema.schema", "refers to itself"),
+    (chat_body(response_format=_json_schema({"$ref": "#/$defs/gone"})), "response_format.json_schema.schema", "does not exist"),
+    (chat_body(response_format=_json_schema({"enum": [f"v{i}" for i in range(200_000)]})),
+     "response_format.json_schema.schema", "over the engine's"),
+    (chat_body(structured_outputs={"json": _nested(64)}), "structured_outputs.json", "nests deeper"),
+    (chat_body(structured_outputs={"choice": [f"c{i}" for i in range(70_000)]}), "structured_outputs.choice",
+     "grammar symbols"),
+    (chat_body(structured_outputs={"grammar": 'start: a\na: a "x"'}), "structured_outputs.grammar", "no finite text"),
+    (chat_body(tools=[{"type": "function", "function": {"name": "f", "parameters": _nested(64)}}]),
+     "tools[0].function.parameters", "nests deeper"),
+])
+def test_engine_limits_are_400(tiny, body, param, words):
+    r = httpx.post(tiny + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    assert error["param"] == param and words in error["message"], error
