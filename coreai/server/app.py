@@ -176,6 +176,9 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
                                 constraint.compiled if constraint else None, logprobs, top_logprobs)
 
     def prepare_chat(req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
+        if req.tools and isinstance(req.tool_choice, s.NamedToolChoice):
+            # A named function means exactly one call of it, as OpenAI does, whatever parallel_tool_calls says.
+            req = req.model_copy(update={"parallel_tool_calls": False})
         constraint = constraints.for_chat(req)
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
         messages = [_template_message(m, i) for i, m in enumerate(req.messages)]
@@ -308,10 +311,13 @@ def _usage(result: GenerationResult) -> s.UsageInfo:
 def _finish_reason(result: GenerationResult, constraint: Constraint | None, content: str, calls: list[ParsedCall]) -> str:
     """OpenAI's finish_reason for a result, after checking the output against its constraint.
 
-    "length" when cut; "error" when the grammar engine failed or (never expected) the output breaks
-    the requested schema; "tool_calls" when calls were made; else "stop".
+    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is dropped
+    by the parser): then "tool_calls"; "error" when the grammar engine failed or (never expected) the
+    output breaks the requested schema; "tool_calls" when calls were made; else "stop".
     """
     reason = result.finish_reason
+    if reason == "length" and calls:
+        reason = "stop"  # the complete calls are checked below like any others
     if reason != "stop":
         if reason != "length":  # "error" (the engine's message), or "cancelled" with nobody listening
             log.warning("generation ended with %s: %s", reason, result.error)
@@ -422,7 +428,7 @@ class ChatReply(_Reply):
     def _delta(self, x, parser: ToolCallParser | None, content: list[str], logprobs: list[TokenLogprob]) -> dict:
         lp = self.logprobs(logprobs) if logprobs and self.req.logprobs else None
         if isinstance(x, ParsedCall):
-            call = s.ChunkToolCall(index=len(parser.calls) - 1, id=x.id, type="function",
+            call = s.ChunkToolCall(index=x.index, id=x.id, type="function",
                                    function=s.ChunkFunctionCall(name=x.name, arguments=x.arguments))
             return self.chunk(s.ChunkDelta(tool_calls=[call]), None, lp)
         content.append(x)
