@@ -5,7 +5,8 @@ Options (the same for every input kind that uses them):
 
 - `any_whitespace=False`: JSON is compact (`{"a":1,"b":[2,3]}`: separators "," and ":", no other
   whitespace), so a model cannot pad its output with runaway newlines. True allows any JSON
-  whitespace between tokens (llguidance's `whitespace_flexible`).
+  whitespace between tokens (llguidance's `whitespace_flexible`), in bounded runs: at most 2 line
+  breaks then at most 64 spaces/tabs (`WHITESPACE_PATTERN`).
 - `strict=True`: like OpenAI's strict mode, an object schema that declares `properties` and says
   nothing about other keys (no `additionalProperties`, `patternProperties` or
   `unevaluatedProperties`) gets `additionalProperties: false`: the output has only declared keys.
@@ -280,10 +281,19 @@ def exact_formats(schema):
     return schema
 
 
+# Whitespace between JSON tokens under `any_whitespace`: at most 2 line breaks, then at most 64 spaces
+# or tabs (indentation of 16 levels at indent 4). llama.cpp's JSON grammars bound it the same way
+# (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar); JSON's own rule is unbounded,
+# which lets a model spend its whole budget on whitespace.
+WHITESPACE_PATTERN = r"(?:\r?\n){0,2}[ \t]{0,64}"
+
+
 def json_grammar(schema, any_whitespace: bool, lenient: bool) -> str:
     """llguidance grammar text for a JSON Schema with our whitespace and lenient options."""
     options = {"whitespace_flexible": any_whitespace, "lenient": lenient}
-    if not any_whitespace:
+    if any_whitespace:
+        options["whitespace_pattern"] = WHITESPACE_PATTERN
+    else:
         options.update(item_separator=",", key_separator=":")
     try:
         return LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=options)
