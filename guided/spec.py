@@ -30,7 +30,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import jsonschema_rs
 from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
@@ -160,6 +159,8 @@ def check_metaschema(schema) -> None:
     if not isinstance(schema, dict) or schema.get("$schema", "").rstrip("#") in _BUNDLED_METASCHEMAS:
         if jsonschema_rs.meta.is_valid(schema):
             return
+    import jsonschema  # here: its format checkers take seconds to import (rfc3987_syntax builds Lark parsers)
+
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
     if error is not None:

@@ -119,6 +119,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         log.warning("guided generation disabled: %s", exc)
         info = None
     constraints = Constraints(info, model.tokenizer.hf)
+    import jsonschema  # noqa: F401 - the final output check's import (seconds) at start-up, not in a first request
     created = int(time.time())
 
     @contextlib.asynccontextmanager
