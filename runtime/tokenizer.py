@@ -12,8 +12,11 @@ from pathlib import Path
 
 import tokenizers
 
+from functools import partial
+
+from mlx_lm import tokenizer_utils
 from mlx_lm.tokenizer_utils import TokenizerWrapper
-from mlx_lm.utils import load_tokenizer
+from mlx_lm.utils import _tokenizer_defaults, load_tokenizer
 
 
 def _json(path: Path) -> dict:
@@ -28,6 +31,30 @@ def _json(path: Path) -> dict:
 # `trim` leaves them); a private-use start character already in the text gets a placeholder too.
 _MARK, _MARK_END = "\ue000", "\ue001"
 _PLACEHOLDER = re.compile(f"{_MARK}(\\d+){_MARK_END}")
+
+
+def _load_wrapper(folder: Path, tok_config: dict, eos_ids: list[int] | None) -> TokenizerWrapper:
+    """mlx-lm's `load_tokenizer` for a local folder, without its second parse of tokenizer.json:
+    mlx-lm JSON-decodes the whole file (0.4 s for Qwen, 1 s for Gemma) only to read the decoder,
+    which the loaded tokenizer already has. Folders that use mlx-lm's chat-template modules
+    (`chat_template_type`, model defaults) take mlx-lm's own path. Same detokenizer choice as
+    mlx-lm's `tokenizer_utils.load`."""
+    if "chat_template_type" in tok_config or _tokenizer_defaults(folder):
+        return load_tokenizer(folder, eos_token_ids=eos_ids)
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(folder)
+    detokenizer = tokenizer_utils.NaiveStreamingDetokenizer
+    backend = getattr(hf, "backend_tokenizer", None)
+    if (folder / "tokenizer.json").exists() and backend is not None and backend.decoder is not None:
+        decoder = json.loads(backend.decoder.__getstate__())
+        if tokenizer_utils._is_spm_decoder(decoder):
+            detokenizer = tokenizer_utils.SPMStreamingDetokenizer
+        elif tokenizer_utils._is_spm_decoder_no_space(decoder):
+            detokenizer = partial(tokenizer_utils.SPMStreamingDetokenizer, trim_space=False)
+        elif tokenizer_utils._is_bpe_decoder(decoder):
+            detokenizer = tokenizer_utils.BPEStreamingDetokenizer
+    return TokenizerWrapper(hf, detokenizer, eos_token_ids=eos_ids)
 
 
 def _ids(value) -> set[int]:
@@ -54,9 +81,9 @@ class Tokenizer:
         folder = Path(folder)
         generation = _json(folder / "generation_config.json")
         eos = _ids(config.get("eos_token_id")) | _ids(generation.get("eos_token_id"))
-        self._wrapper: TokenizerWrapper = load_tokenizer(folder, eos_token_ids=sorted(eos) or None)
-        self.hf = self._wrapper._tokenizer
         tok_config = _json(folder / "tokenizer_config.json")
+        self._wrapper: TokenizerWrapper = _load_wrapper(folder, tok_config, sorted(eos) or None)
+        self.hf = self._wrapper._tokenizer
         self.eos_ids: set[int] = set(self._wrapper.eos_token_ids) | eos | _ids(tok_config.get("eos_token_ids"))
         self.special_ids: set[int] = set(self.hf.all_special_ids) | {
             i for i, t in self.hf.added_tokens_decoder.items() if t.special

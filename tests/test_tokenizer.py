@@ -104,3 +104,16 @@ def test_plain_prompts_are_text_unless_asked(tok, qwen_model):
     assert special(qwen_model.tokenizer, qwen_model.prompt_ids(text, chat_template=False)) == []
     wrapped = qwen_model.prompt_ids(text)
     assert special(qwen_model.tokenizer, wrapped) == special(qwen_model.tokenizer, qwen_model.prompt_ids("Hi"))
+
+
+@pytest.mark.parametrize("name", ["qwen_dir", "gemma_dir"])
+def test_tokenizer_load_matches_mlx_lm(name, request):
+    """Our loader parses tokenizer.json once but picks what mlx-lm's `load_tokenizer` picks."""
+    from mlx_lm.utils import load_tokenizer
+
+    folder = request.getfixturevalue(name)
+    ours = Tokenizer(folder, json.loads((folder / "config.json").read_text()))
+    theirs = load_tokenizer(folder, eos_token_ids=sorted(ours._wrapper.eos_token_ids))
+    assert type(ours._wrapper.detokenizer) is type(theirs.detokenizer)
+    assert ours._wrapper.eos_token_ids == theirs.eos_token_ids
+    assert ours.hf.chat_template == theirs._tokenizer.chat_template
