@@ -132,7 +132,94 @@ def _get(schema, path):
 
 
 def _engine_error(matcher: LLMatcher) -> str:
-    return matcher.get_error().replace("<non-verbose/>", "").strip()
+    """The engine's error, without its verbosity marker or a panic's backtrace."""
+    message = matcher.get_error().replace("<non-verbose/>", "").split("<backtrace>")[0]
+    return message.removeprefix("panic: ").strip()
+
+
+# Engine messages that mean a limit was exceeded (llguidance `LLParserLimits`, its grammar builder's
+# symbol ids, serde_json's recursion limit, the regex crate's size limits) -> what to tell the user.
+_LIMITS = (
+    ("u16::MAX", "limit of 65,535 grammar symbols (fewer choices, alternatives or properties)"),
+    ("number of symbols) too big", "grammar size limit (symbols)"),
+    ("lexer configuration (grammar) too big", "lexer size limit (too many or too large strings, enums or patterns)"),
+    ("schema too large", "schema size limit"),
+    ("Too many items", "limit of Earley items per step"),
+    ("fuel", "lexer work limit (fuel)"),
+    ("too many states", "limit of lexer states"),
+    ("recursion limit exceeded", "nesting depth limit"),
+    ("too deeply nested", "nesting depth limit"),
+    ("too many expressions", "limit of expressions"),
+    ("size limit", "regex size limit"),
+    ("nest limit", "regex nesting limit"),
+)
+
+
+def _limit(message: str) -> str | None:
+    """What limit an engine message reports, or None if it is about something else."""
+    return next((what for needle, what in _LIMITS if needle in message), None)
+
+
+def _short(message: str, length: int = 200) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= length else message[:length] + "..."
+
+
+def _ref_target(ref) -> tuple | None:
+    """The path a local `$ref` ("#", "#/$defs/a") points to, or None for any other ref."""
+    if ref == "#":
+        return ()
+    if isinstance(ref, str) and ref.startswith("#/"):
+        return tuple(p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/"))
+    return None
+
+
+def _self_reference(schema) -> str:
+    """The pointer of a `$ref` through which the schema refers to itself with nothing in between
+    (`{"$ref": "#"}`, a definition that is its own `$ref`, a cycle of definitions that are only
+    refs); "" if none is found."""
+    for path in _keyword_paths(schema, "$ref"):
+        seen: set[tuple] = set()
+        while (target := _ref_target(_get_or_none(schema, path))) is not None:
+            if path[:len(target)] == target or target in seen:  # inside its own target, or a cycle
+                return pointer(target + ("$ref",) if target in seen else path)
+            seen.add(target)
+            node = _get_or_none(schema, target)
+            if not isinstance(node, dict) or "$ref" not in node:
+                break
+            path = target + ("$ref",)
+    return ""
+
+
+def _get_or_none(schema, path):
+    try:
+        return _get(schema, path)
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _refusal(spec: GrammarSpec, message: str) -> GrammarError | None:
+    """The error for an engine message about a limit, a grammar with no finite output or a dangling
+    `$ref`; None for other messages (unsupported keywords, syntax errors)."""
+    is_json = spec.kind in JSON_KINDS
+    if (what := _limit(message)) is not None:
+        text = f"the {spec.kind} grammar is over the engine's {what}: {_short(message)}"
+        return SchemaError(text) if is_json else GrammarError(text)
+    if "NoExtension" in message:
+        if not is_json:
+            return GrammarError(f"the {spec.kind} grammar can produce no finite text "
+                                "(a rule that only refers to itself?)")
+        where = _self_reference(spec.schema)
+        detail = f" through the $ref at {where}" if where else ""
+        return SchemaError(f"no finite JSON value satisfies the schema: it refers to itself{detail} "
+                           "without ever reaching a value", where)
+    if is_json and (m := re.search(r"Pointer '([^']*)' does not exist", message)):
+        refs = [p for p in _keyword_paths(spec.schema, "$ref") if _ref_target(_get_or_none(spec.schema, p)) ==
+                _ref_target("#" + m.group(1))]
+        where = pointer(refs[0]) if refs else ""
+        return SchemaError(f"a $ref{' at ' + where if where else ''} points to {m.group(1)!r}, which does not "
+                           "exist in the schema", where)
+    return None
 
 
 def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None = None) -> CompiledGrammar:
@@ -141,7 +228,10 @@ def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParse
     Raises UnsupportedSchemaFeature (JSON kinds, not lenient): a keyword the engine cannot enforce,
     with its keyword and pointer (the first one when several). SchemaError: no JSON value satisfies
     the schema (e.g. `minProperties` beyond the declared properties under strict mode).
-    GrammarError: invalid regex or Lark, or a grammar over the limits.
+    SchemaError also for a schema over an engine limit (depth, size, lexer), one that refers to
+    itself without reaching a value, or a dangling `$ref` (with the pointer where known).
+    GrammarError: invalid regex or Lark, a grammar over the engine's limits (the message names the
+    limit) or one that can produce no finite text.
     """
     limits = limits or default_limits()
     t0 = time.perf_counter()
@@ -153,6 +243,8 @@ def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParse
     if is_error or (is_json and messages and not spec.lenient):
         # Not lenient: a warning from the JSON compiler also means something would not be enforced.
         message = messages[0] or "the engine refused the grammar"
+        if (error := _refusal(spec, message)) is not None:
+            raise error
         if not is_json:
             raise GrammarError(f"cannot compile the {spec.kind} grammar: {message}")
         if "Unsatisfiable" in message:
@@ -168,7 +260,10 @@ def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParse
     template.compute_bitmask()
     if template.is_error():
         message = _engine_error(template)
-        raise GrammarError(f"cannot compile the {spec.kind} grammar (over the engine's limits?): {message}")
+        if (error := _refusal(spec, message)) is not None:
+            raise error
+        error_class = SchemaError if is_json else GrammarError
+        raise error_class(f"cannot compile the {spec.kind} grammar: {_short(message)}")
     not_enforced: list[NotEnforced] = []
     warnings: list[str] = []
     for message in messages:

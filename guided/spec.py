@@ -5,7 +5,8 @@ Options (the same for every input kind that uses them):
 
 - `any_whitespace=False`: JSON is compact (`{"a":1,"b":[2,3]}`: separators "," and ":", no other
   whitespace), so a model cannot pad its output with runaway newlines. True allows any JSON
-  whitespace between tokens (llguidance's `whitespace_flexible`).
+  whitespace between tokens (llguidance's `whitespace_flexible`), in bounded runs: at most 2 line
+  breaks then at most 64 spaces/tabs (`WHITESPACE_PATTERN`).
 - `strict=True`: like OpenAI's strict mode, an object schema that declares `properties` and says
   nothing about other keys (no `additionalProperties`, `patternProperties` or
   `unevaluatedProperties`) gets `additionalProperties: false`: the output has only declared keys.
@@ -29,7 +30,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import jsonschema_rs
 from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
@@ -44,6 +44,12 @@ SUBSCHEMA = ("additionalProperties", "items", "additionalItems", "contains", "no
              "propertyNames", "unevaluatedItems", "unevaluatedProperties")
 SUBSCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")  # "items" as a list: draft 4-7 tuples
 SUBSCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+
+# The deepest nesting of JSON objects/arrays a schema document may have. llguidance parses the schema
+# and the grammar built around it with serde_json, whose recursion limit is 128 levels; our rewrites
+# (exact formats: +2) and llguidance's wrapping (+3) need the rest. Also keeps Python's own recursion
+# (json.dumps, the subschema walks) far from its limit.
+MAX_SCHEMA_DEPTH = 120
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,22 @@ def subschemas(schema, path=()):
                     yield from subschemas(item, path + (key, name))
 
 
+def check_depth(schema) -> None:
+    """Raise SchemaError (with the pointer of the first location too deep) when the schema document
+    nests objects/arrays more than `MAX_SCHEMA_DEPTH` levels. Iterative: any depth is safe."""
+    stack = [(schema, ())]
+    while stack:
+        node, path = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if len(path) >= MAX_SCHEMA_DEPTH:
+            where = pointer(path)
+            raise SchemaError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels of JSON objects and arrays "
+                              f"(at {where}); the engine's limit is {MAX_SCHEMA_DEPTH}", where)
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        stack += [(value, path + (key,)) for key, value in items]
+
+
 def _is_json_text(text: str) -> bool:
     text = text.strip()
     return text.startswith("{") or text in ("true", "false")
@@ -125,16 +147,20 @@ _BUNDLED_METASCHEMAS = {"", "http://json-schema.org/draft-04/schema", "http://js
 def check_metaschema(schema) -> None:
     """Validate `schema` against its metaschema (`$schema`, default draft 2020-12).
 
-    Raises SchemaError with the JSON pointer of the offending location in the schema.
+    Raises SchemaError with the JSON pointer of the offending location in the schema (also for a
+    schema nested deeper than `MAX_SCHEMA_DEPTH`).
     """
     if not isinstance(schema, (dict, bool)):
         raise SchemaError(f"a schema must be a JSON object or boolean, not {type(schema).__name__}")
+    check_depth(schema)
     # jsonschema-rs checks in microseconds what jsonschema takes up to hundreds of milliseconds for
     # (most of a cold compile); jsonschema then explains an invalid schema. Only for the drafts
     # jsonschema-rs bundles: any other `$schema` it would try to fetch over the network.
     if not isinstance(schema, dict) or schema.get("$schema", "").rstrip("#") in _BUNDLED_METASCHEMAS:
         if jsonschema_rs.meta.is_valid(schema):
             return
+    import jsonschema  # here: its format checkers take seconds to import (rfc3987_syntax builds Lark parsers)
+
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
     if error is not None:
@@ -256,12 +282,24 @@ def exact_formats(schema):
     return schema
 
 
+# Whitespace between JSON tokens under `any_whitespace`: at most 2 line breaks, then at most 64 spaces
+# or tabs (indentation of 16 levels at indent 4). llama.cpp's JSON grammars bound it the same way
+# (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar); JSON's own rule is unbounded,
+# which lets a model spend its whole budget on whitespace.
+WHITESPACE_PATTERN = r"(?:\r?\n){0,2}[ \t]{0,64}"
+
+
 def json_grammar(schema, any_whitespace: bool, lenient: bool) -> str:
     """llguidance grammar text for a JSON Schema with our whitespace and lenient options."""
     options = {"whitespace_flexible": any_whitespace, "lenient": lenient}
-    if not any_whitespace:
+    if any_whitespace:
+        options["whitespace_pattern"] = WHITESPACE_PATTERN
+    else:
         options.update(item_separator=",", key_separator=":")
-    return LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=options)
+    try:
+        return LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=options)
+    except ValueError as exc:  # serde_json's recursion limit, or a schema the converter cannot read
+        raise SchemaError(f"the engine cannot read the schema: {exc}") from None
 
 
 def read_grammar_text(grammar: str) -> tuple[str, str | None]:
@@ -330,7 +368,9 @@ def make_spec(*, schema=None, json_object: bool = False, regex: str | None = Non
     if json_object:
         schema = {"type": "object"}
     if schema is not None:
-        text = json.dumps(load_schema(schema), ensure_ascii=False)  # canonical: key order kept
+        schema = load_schema(schema)
+        check_depth(schema)  # before json.dumps, which recurses
+        text = json.dumps(schema, ensure_ascii=False)  # canonical: key order kept
         return json_spec(text, "json_object" if json_object else "json_schema", any_whitespace, strict, lenient)
     if regex is not None:
         return GrammarSpec("regex", LLMatcher.grammar_from_regex(regex), None, options)

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import idna
-import jsonschema
 
 from guided.spec import pointer
+
+if TYPE_CHECKING:
+    import jsonschema
+
+# jsonschema is imported on first use: its format checkers import rfc3987_syntax, which builds Lark
+# parsers at import time (seconds), and most runs never validate anything.
 
 
 def _hostname_labels_ok(instance) -> bool:
@@ -30,10 +35,12 @@ def _hostname_labels_ok(instance) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _format_checker(cls) -> jsonschema.FormatChecker:
+def _format_checker(cls) -> "jsonschema.FormatChecker":
     """The draft's format checker with a stricter `hostname` (see `_hostname_labels_ok`)."""
     # FormatChecker(names) would look the names up in the registry shared by all drafts, where "time"
     # is draft 3's "%H:%M:%S"; copy this draft's own functions instead.
+    import jsonschema
+
     checker = jsonschema.FormatChecker(())
     checker.checkers = dict(cls.FORMAT_CHECKER.checkers)
     if "hostname" in checker.checkers:
@@ -49,6 +56,8 @@ def check_json(text: str, schema) -> tuple[Any, list[str]]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, [f"not JSON: {exc}"]
+    import jsonschema
+
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     validator = cls(schema, format_checker=_format_checker(cls))
     errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator.iter_errors(value)]

@@ -123,6 +123,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         log.warning("guided generation disabled: %s", exc)
         info = None
     constraints = Constraints(model, info)
+    import jsonschema  # noqa: F401 - the final output check's import (seconds) at start-up, not in a first request
     created = int(time.time())
 
     @contextlib.asynccontextmanager
@@ -202,7 +203,10 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
             raise bad_request("the prompt is empty", "prompt")
         if isinstance(prompt, list) and any(not 0 <= t < model.vocab_size for t in prompt):
             raise bad_request(f"prompt token ids must be in [0, {model.vocab_size})", "prompt")
-        ids = model.prompt_ids(prompt, chat_template=False)
+        if isinstance(prompt, str) and req.parse_special_tokens:
+            ids = model.tokenizer.encode(prompt, parse_special=True)
+        else:
+            ids = model.prompt_ids(prompt, chat_template=False)  # special-token text stays text
         want = req.logprobs is not None
         params = generation_params(req, ids, constraint, req.max_tokens, want, req.logprobs or 0)
         return params, constraint
@@ -331,11 +335,12 @@ def _finish_reason(result: GenerationResult, calls: list[ParsedCall]) -> str:
     """OpenAI's finish_reason for a result whose verdict is already in it (`ConstrainedSession` turns
     a "stop" whose output breaks its constraint into "error").
 
-    "length" when cut; "error" when the grammar engine failed or the output is not valid; "tool_calls"
-    when calls were made; else "stop".
+    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is dropped by
+    the parser; the complete ones were closed under the grammar): then "tool_calls"; "error" when the
+    grammar engine failed or the output is not valid; "tool_calls" when calls were made; else "stop".
     """
     reason = result.finish_reason
-    if reason == "stop":
+    if reason == "stop" or (reason == "length" and calls):
         return "tool_calls" if calls else "stop"
     if reason != "length":  # "error" (the engine's or the final check's message), or "cancelled" with nobody listening
         log.warning("generation ended with %s: %s", reason, result.error)
@@ -457,7 +462,7 @@ class ChatReply(_Reply):
     def _delta(self, x, parser: ToolCallParser | None, content: list[str], logprobs: list[TokenLogprob]) -> dict:
         lp = self.logprobs(logprobs) if logprobs and self.req.logprobs else None
         if isinstance(x, ParsedCall):
-            call = s.ChunkToolCall(index=len(parser.calls) - 1, id=x.id, type="function",
+            call = s.ChunkToolCall(index=x.index, id=x.id, type="function",
                                    function=s.ChunkFunctionCall(name=x.name, arguments=x.arguments))
             return self.chunk(s.ChunkDelta(tool_calls=[call]), None, lp)
         content.append(x)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from coreai.errors import GrammarError, SchemaError
 from coreai.server import tools as tool_format
 from coreai.server.errors import bad_request, from_library_error
-from coreai.server.schemas import ChatCompletionRequest, JsonObjectFormat, JsonSchemaFormat, SamplingFields
+from coreai.server.schemas import (ChatCompletionRequest, JsonObjectFormat, JsonSchemaFormat, NamedToolChoice,
+                                   SamplingFields)
 from guided import ConstrainedSession, TokenizerInfo
 from runtime import Model
 
@@ -95,7 +96,9 @@ class Constraints:
             # Compiled alone first, so an unenforceable keyword is reported with this tool's pointer.
             self._session(param, req, schema=schemas[tool.function.name], strict=False)
         allowed = {f.name: schemas[f.name] for f in functions}
-        grammar = tool_format.tool_grammar(allowed, mode=mode, parallel=req.parallel_tool_calls,
+        # A named function means exactly one call of it, as OpenAI does, whatever parallel_tool_calls says.
+        parallel = req.parallel_tool_calls and not isinstance(req.tool_choice, NamedToolChoice)
+        grammar = tool_format.tool_grammar(allowed, mode=mode, parallel=parallel,
                                            open_ref=self.tags[0], close_ref=self.tags[1])
         check = functools.partial(tool_format.call_errors, functions=allowed)
         return Constraint(self._session("tools", req, grammar=grammar, check=check), mode)

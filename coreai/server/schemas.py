@@ -211,6 +211,9 @@ class ChatCompletionRequest(SamplingFields):
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int]
     logprobs: int | None = Field(default=None, ge=0, le=5)
+    # Extension: a text prompt is plain text by default, so "<|im_start|>" in it is text, not the
+    # control token; true parses special-token text into control tokens (llama.cpp `parse_special`).
+    parse_special_tokens: bool = False
 
 
 # ---- responses ------------------------------------------------------------------------------------

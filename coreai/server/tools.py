@@ -114,6 +114,7 @@ class ParsedCall:
     id: str
     name: str
     arguments: str  # JSON text
+    index: int = 0  # its place among the reply's calls (the SSE `tool_calls[].index`)
 
 
 def new_call_id() -> str:
@@ -141,7 +142,9 @@ class ToolCallParser:
 
     `feed(text)` and `finish()` return a list of items, each a `str` (content to emit) or a
     `ParsedCall`. Text that may be the start of `<tool_call>` is held back until it is not;
-    whitespace around call blocks is dropped; a block whose JSON does not parse stays content. An
+    whitespace around call blocks is dropped; a closed block whose JSON does not parse stays content;
+    a block left open at the end (cut by max_tokens) is dropped unless its JSON is complete, so raw
+    markup never reaches content. An
     output whose first non-blank character is `{` is held to the end and is one bare call if it
     parses as one (see `tool_grammar`).
     """
@@ -185,6 +188,7 @@ class ToolCallParser:
         """Flush at the end of generation. An unterminated block is a call if its JSON is complete."""
         if self._bare and (call := _parse_call(self._buf.strip())) is not None:
             self._buf = ""
+            call.index = len(self.calls)
             self.calls.append(call)
             return [call]
         if self._bare is not False:  # blank, or a "{" that is no call: plain content
@@ -193,7 +197,7 @@ class ToolCallParser:
             return out + self.finish()
         if self._in_call:
             body, self._buf, self._in_call = self._buf, "", False
-            out = self._call(body, closed=False)
+            out = self._call(body, closed=False) if _parse_call(body.strip()) is not None else []
         else:
             out = self._content(self._buf)
             self._buf = ""
@@ -206,6 +210,7 @@ class ToolCallParser:
         call = _parse_call(body.strip())
         if call is None:
             return self._content(OPEN + body + (CLOSE if closed else ""))
+        call.index = len(self.calls)
         self.calls.append(call)
         self._after_call = True
         return [call]

@@ -1,0 +1,94 @@
+"""Every engine limit a client can hit (schema depth, grammar size, recursion without a base case,
+regex size) surfaces as `SchemaError` / `GrammarError` saying what was exceeded, with the JSON
+pointer where there is one; never a bare ValueError, RecursionError or an engine panic text."""
+
+from __future__ import annotations
+
+import pytest
+
+from coreai import ConstrainedSession
+from guided import GrammarError, SchemaError, UnsupportedSchemaFeature, compile_grammar, get_tokenizer_info, make_spec
+from guided.spec import MAX_SCHEMA_DEPTH
+
+
+def nested_objects(levels: int) -> dict:
+    schema = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+    return schema
+
+
+def nested_arrays(levels: int) -> dict:
+    schema = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+@pytest.fixture(scope="module")
+def info(qwen_tokenizer):
+    return get_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids)
+
+
+def compile_(info, **spec):
+    return compile_grammar(make_spec(**spec), info)
+
+
+def test_schema_depth_limit(info):
+    # 59 object levels is 119 levels of JSON: within the limit; with exact formats added, still compiles.
+    compile_(info, schema=nested_objects(59))
+    leaf = nested_objects(58)
+    node = leaf
+    while "properties" in node:
+        node = node["properties"]["x"]
+    node["format"] = "date"
+    compile_(info, schema=leaf)
+    for schema, deep in ((nested_objects(64), 2 * 60), (nested_arrays(130), 120), (nested_objects(600), 2 * 60)):
+        with pytest.raises(SchemaError) as e:
+            compile_(info, schema=schema)
+        assert type(e.value) is SchemaError and f"limit is {MAX_SCHEMA_DEPTH}" in str(e.value)
+        assert e.value.pointer.count("/") == deep  # the first location past the limit
+
+
+def test_schema_depth_limit_in_a_session(qwen_model):
+    with pytest.raises(SchemaError, match="nests deeper"):
+        ConstrainedSession(qwen_model, schema=nested_objects(64))
+
+
+@pytest.mark.parametrize("schema, where", [
+    ({"$ref": "#"}, "/$ref"),
+    ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
+])
+def test_self_reference_without_a_value(info, schema, where):
+    with pytest.raises(SchemaError) as e:
+        compile_(info, schema=schema)
+    assert not isinstance(e.value, UnsupportedSchemaFeature)
+    assert "refers to itself" in str(e.value) and "NoExtensionBias" not in str(e.value)
+    assert e.value.pointer == where
+
+
+def test_recursive_schema_with_a_base_case_compiles(info):
+    compile_(info, schema={"$defs": {"n": {"type": "object", "properties": {"c": {"$ref": "#/$defs/n"}}}},
+                           "$ref": "#/$defs/n"})
+
+
+def test_lark_rule_without_a_base_case(info):
+    with pytest.raises(GrammarError, match="no finite text"):
+        compile_(info, grammar='start: a\na: a "x"')
+
+
+@pytest.mark.parametrize("spec, what", [
+    (dict(choices=[f"c{i}" for i in range(70_000)]), "grammar symbols"),
+    (dict(grammar="start: " + " | ".join(f'"w{i}"' for i in range(70_000))), "grammar symbols"),
+    (dict(schema={"enum": [f"v{i}" for i in range(200_000)]}), "size limit"),
+    (dict(schema={"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20_000)}}), "size limit"),
+])
+def test_size_limits(info, spec, what):
+    with pytest.raises(GrammarError) as e:
+        compile_(info, **spec)
+    message = str(e.value)
+    assert "over the engine's" in message and what in message
+    assert "backtrace" not in message and "panic" not in message and len(message) < 400
+    if "schema" in spec:
+        assert type(e.value) is SchemaError

@@ -1,0 +1,52 @@
+"""`any_whitespace=True` bounds runs of whitespace between JSON tokens (at most 2 line breaks, then
+at most 64 spaces/tabs), so a model cannot spend its budget on whitespace, while pretty-printed JSON
+(indent 2 or 4, tabs, nested 10 levels and more) stays valid. Real Qwen and Gemma tokenizers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from guided import compile_grammar, get_tokenizer_info, make_spec
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+@pytest.fixture(scope="module", params=["qwen", "gemma"])
+def tok_info(request, qwen_tokenizer, gemma_tokenizer):
+    tok, width = (qwen_tokenizer, 151_936) if request.param == "qwen" else (gemma_tokenizer, 262_144)
+    return tok, get_tokenizer_info(tok.hf, width, tok.eos_ids)
+
+
+def accepts(tok_info, schema, text: str) -> bool:
+    tok, info = tok_info
+    matcher = compile_grammar(make_spec(schema=schema, any_whitespace=True), info).matcher()
+    return matcher.accept_tokens(tok.hf.encode(text, add_special_tokens=False)) and matcher.is_accepting()
+
+
+def nested(levels: int):
+    value: object = {"leaf": [1, 2, {"k": "v"}]}
+    for i in range(levels):
+        value = {f"level{i}": value, "list": [i, True, None]}
+    return value
+
+
+@pytest.mark.parametrize("text", [
+    '{"name":"Ann",' + " " * 400 + '"age":3}',
+    '{"name":"Ann",' + "\n" * 300 + '"age":3}',
+    '{"name":"Ann",\n\n\n"age":3}',
+    '{"name":"Ann",\n' + " " * 65 + '"age":3}',
+    '{"name":"Ann"' + " " * 100 + ',"age":3}',
+])
+def test_runaway_whitespace_is_refused(tok_info, text):
+    assert not accepts(tok_info, SCHEMA, text)
+
+
+@pytest.mark.parametrize("indent", [None, 2, 4, "\t"])
+def test_pretty_printed_json_stays_valid(tok_info, indent):
+    assert accepts(tok_info, SCHEMA, json.dumps({"name": "Ann", "age": 3}, indent=indent))
+    value = nested(12)
+    assert accepts(tok_info, {"type": "object"}, json.dumps(value, indent=indent))
+    assert accepts(tok_info, SCHEMA, '{ "name" : "Ann" ,\r\n  "age" : 3 }')
