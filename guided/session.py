@@ -23,6 +23,7 @@ from guided.validation import check_json
 from runtime.generate import Delta, GenerationResult
 from runtime.reasoning import ReasoningMarkers, ReasoningTokens, split_reasoning
 from runtime.sampling import SamplingParams
+from runtime.speculative import make_drafter
 
 
 @dataclass
@@ -89,6 +90,8 @@ class ConstrainedSession:
         self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
         self.compiled = (cache or default_cache).get(self.spec, self.tokenizer_info)
         self.jump_forward = jump_forward
+        if isinstance(speculative, str):
+            make_drafter(speculative, model)  # an unknown option fails here, not at the first generation
         self.speculative = speculative
         self.max_draft = max_draft
         self.check = check
@@ -120,18 +123,21 @@ class ConstrainedSession:
                                            want_logprobs=logprobs, max_draft=self.max_draft,
                                            reasoning=self.reasoning if thinking else None)
 
-    def stream(self, prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
-               top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
-               sampling: SamplingParams | None = None, **kwargs) -> Iterator[Delta]:
+    def stream(self, prompt, *, max_tokens: int = 256, sampling: SamplingParams | None = None,
+               **kwargs) -> Iterator[Delta]:
         """Stream `runtime.Delta`s; the last one has `finish_reason` and a `GuidedResult` in `.result`.
 
-        prompt: text, chat messages or token ids (as `Model.stream`). `sampling` overrides the
-        individual sampling arguments. Other keyword arguments go to `Model.stream` (e.g. `tools`,
-        `cancel`, `prompt_cache`, `chat_template`, `logprobs`, `speculative`, `stop`). Raises
-        ValueError for bad parameters.
+        prompt: text, chat messages or token ids (as `Model.stream`). Sampling is `sampling`, or
+        built from keyword fields of `SamplingParams` (`temperature=`, `top_p=`, `seed=`,
+        `frequency_penalty=`, ...; greedy by default). Other keyword arguments go to `Model.stream`
+        (e.g. `tools`, `cancel`, `prompt_cache`, `chat_template`, `logprobs`, `speculative`, `stop`,
+        `chat_template_kwargs`). Raises ValueError for bad parameters (also for sampling= beside
+        sampling fields).
         """
-        sampling = sampling or SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                                              repetition_penalty=repetition_penalty, seed=seed)
+        fields = {k: kwargs.pop(k) for k in list(kwargs) if k in SamplingParams.__dataclass_fields__}
+        if sampling is not None and fields:
+            raise ValueError(f"give either sampling= or sampling fields ({', '.join(fields)}), not both")
+        sampling = sampling or SamplingParams(**fields)
         kwargs.setdefault("speculative", self.speculative)
         thinking = (kwargs.get("chat_template_kwargs") or {}).get("enable_thinking", True) is not False
         strategy = self.strategy(sampling, kwargs.get("logprobs", False), thinking)

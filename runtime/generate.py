@@ -234,15 +234,24 @@ def _generate(
             stats["forward_passes"] += 1
             stats["drafted_tokens"] += drafted
 
-        for t in appended:
+        # Token by token, so a stop string ends the output at the token that completes it, also when
+        # one step appended several (accepted drafts, jump-forward).
+        text = ""
+        for i, t in enumerate(appended):
             detok.add_token(t)
-        if finish is not None:
-            detok.finalize()
-        text, hit = stops.feed(detok.last_segment)
-        if hit:
-            finish = "stop"
-        elif finish is not None:
-            text += stops.flush()
+            piece, hit = stops.feed(detok.last_segment)
+            text += piece
+            if hit:
+                finish = "stop"
+                del out[len(out) - (len(appended) - i - 1):]
+                appended = appended[: i + 1]
+                break
+        else:
+            if finish is not None:
+                detok.finalize()
+                piece, hit = stops.feed(detok.last_segment)
+                text += piece if hit else piece + stops.flush()
+                finish = "stop" if hit else finish
         text_parts.append(text)
 
         if finish is not None:

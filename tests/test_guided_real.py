@@ -208,3 +208,13 @@ def test_generation_spells_added_token_text(qwen_model):
 def test_choice_with_a_leading_space_is_returned_exactly(qwen_model):
     result = ConstrainedSession(qwen_model, choices=[" yes", " no"]).generate("Is water wet?", max_tokens=4)
     assert result.valid and result.text in (" yes", " no"), repr(result.text)
+
+
+def test_session_takes_every_sampling_field_and_checks_options_early(tiny_model):
+    session = ConstrainedSession(tiny_model, regex="[a-z ]+")
+    result = session.generate("Hi", max_tokens=6, frequency_penalty=2.0, presence_penalty=1.0, temperature=0.5, seed=1)
+    assert result.usage.completion_tokens >= 1
+    with pytest.raises(ValueError, match="not both"):
+        session.generate("Hi", max_tokens=4, sampling=SamplingParams(), top_k=3)
+    with pytest.raises(ValueError, match="speculative"):
+        ConstrainedSession(tiny_model, json_object=True, speculative="bogus")

@@ -174,3 +174,16 @@ def test_cancel_is_seen_between_prefill_chunks(tiny_model):
     result = deltas[-1].result
     assert result.finish_reason == "cancelled" and result.token_ids == []
     assert calls == [64]  # one chunk ran, the other four did not
+
+
+@pytest.mark.model
+def test_a_stop_string_ends_the_tokens_too(qwen_model):
+    """A step with several accepted draft tokens is cut at the token that completes the stop string:
+    ids, usage and logprobs as without speculation."""
+    prompt = "Repeat this text exactly, nothing else: 'alpha beta gamma delta alpha beta gamma delta'"
+    plain = qwen_model.generate(prompt, max_tokens=16, stop=["a b"], logprobs=True)
+    deltas = list(qwen_model.stream(prompt, max_tokens=16, stop=["a b"], logprobs=True, speculative="prompt_lookup"))
+    fast = deltas[-1].result
+    assert (fast.text, fast.token_ids, fast.usage.completion_tokens) == \
+        (plain.text, plain.token_ids, plain.usage.completion_tokens)
+    assert [t for d in deltas for t in d.token_ids] == fast.token_ids

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 from coreai import store
 from coreai.commands import common
@@ -47,11 +48,18 @@ def run(args) -> int:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     if args.speculative == "draft" and not args.draft_model:
         raise ValueError("--speculative draft needs --draft-model")
+    # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    try:
+        sock = socket.create_server((args.host, args.port), family=family)
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
     config = ServerConfig(api_key=args.api_key, max_tokens=args.max_tokens, temperature=args.temperature,
                           max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                           speculative=None if args.speculative == "off" else args.speculative)
     app = create_app(model, config)
     print(f"coreai serve: {model.name} on http://{args.host}:{args.port}/v1 (docs at /docs)", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info" if args.verbose else "warning"))
+    server.run(sockets=[sock])
     return 0
