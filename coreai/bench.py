@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import mlx.core as mx
 
-from coreai.platform import blas_in_use
+from runtime.blas import blas_in_use
 from runtime import SamplingStrategy, stream_tokens
 
 

@@ -2,6 +2,7 @@
 llguidance, token bitmasks filled in place in MLX memory, and a decoding strategy with jump-forward,
 rollback and EOS gating. `ConstrainedSession` is the entry point."""
 
+import runtime  # noqa: F401 - first: sets up the system BLAS before mlx.core loads (runtime.blas)
 from guided.bitmask import TokenBitmask, apply_token_bitmask
 from guided.cache import CacheStats, GrammarCache, default_cache
 from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend, NotEnforced, compile_grammar

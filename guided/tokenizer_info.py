@@ -1,6 +1,6 @@
 """`TokenizerInfo`: the engine's view of a model's vocabulary, built once per tokenizer per process.
 
-Two facts shape it:
+Three facts shape it:
 
 - The model's logit width `vocab_size` (from its config) can be larger than the tokenizer's
   vocabulary. Ids past the real vocabulary are padding: the grammar engine sees them as empty

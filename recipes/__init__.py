@@ -1,14 +1,18 @@
 """Export recipes: turn a GGUF file or a Hugging Face checkpoint folder into a verified mlx-lm folder.
 
-    import coreai  # first: loads the system BLAS before mlx (see coreai.platform)
     from recipes import export, verify, list_recipes
     report = export("model.gguf", "out/", dtype="float16", quantize="4bit", verify=True)
 
-Submodules load lazily, so `import recipes.errors` does not import mlx or transformers.
+The conversion modules load lazily. `runtime.blas` (the one `runtime` module recipes uses) sets up
+the system BLAS first, before anything imports `mlx.core`.
 """
 
-from .errors import ExportError, SourceError
-from .families import list_recipes
+from runtime.blas import setup_blas
+
+setup_blas()
+
+from .errors import ExportError, SourceError  # noqa: E402
+from .families import list_recipes  # noqa: E402
 
 __all__ = ["ExportError", "ExportReport", "SourceError", "VerifyReport", "export", "list_recipes", "verify"]
 

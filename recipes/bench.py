@@ -6,7 +6,7 @@
 Target (issue 2): the default Qwen 0.5B GGUF -> float16 in at most 30 s wall and 3 GB peak memory on
 a 2-core Linux machine. Peak memory is the process's maximum resident set size, which includes the
 memory-mapped GGUF pages read and the interpreter with its libraries. The export does no matrix
-products, so the BLAS set-up of `coreai.platform` is not needed here.
+products, so the BLAS set-up of `runtime.blas` is not needed here.
 """
 
 from __future__ import annotations

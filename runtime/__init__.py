@@ -1,14 +1,20 @@
 """MLX text generation: model loading, tokenizer, sampling, the generation loop and the
-`DecodingStrategy` protocol. Knows nothing of grammars."""
+`DecodingStrategy` protocol. Knows nothing of grammars.
 
-from runtime.errors import ModelNotFound
-from runtime.generate import Delta, GenerationResult, Timings, Usage, stream_tokens
-from runtime.model import Model, load_model
-from runtime.prompt_cache import PromptCache
-from runtime.sampling import SamplingParams, SamplingStrategy, TokenHistory, TokenSampler
-from runtime.speculative import DraftModel, PromptLookup, make_drafter
-from runtime.strategy import DecodingStrategy, Drafter, Step
-from runtime.tokenizer import Tokenizer
+`setup_blas()` runs first, before anything imports `mlx.core` (see `runtime.blas`)."""
+
+from runtime.blas import setup_blas
+
+setup_blas()
+
+from runtime.errors import ModelNotFound  # noqa: E402
+from runtime.generate import Delta, GenerationResult, Timings, Usage, stream_tokens  # noqa: E402
+from runtime.model import Model, load_model  # noqa: E402
+from runtime.prompt_cache import PromptCache  # noqa: E402
+from runtime.sampling import SamplingParams, SamplingStrategy, TokenHistory, TokenSampler  # noqa: E402
+from runtime.speculative import DraftModel, PromptLookup, make_drafter  # noqa: E402
+from runtime.strategy import DecodingStrategy, Drafter, Step  # noqa: E402
+from runtime.tokenizer import Tokenizer  # noqa: E402
 
 __all__ = [
     "DecodingStrategy", "Delta", "DraftModel", "Drafter", "GenerationResult", "Model", "ModelNotFound",

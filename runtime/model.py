@@ -3,7 +3,6 @@ and `stream`."""
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -133,8 +132,7 @@ def load_model(path: str | Path, dtype: str | None = None, name: str | None = No
     dtype = dtype or default_dtype()
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    config = json.loads((path / "config.json").read_text())
-    network, config = mlx_lm_load_model(path, lazy=True)
+    network, config = mlx_lm_load_model(path, lazy=True)  # config: config.json as mlx-lm read it
     if dtype is not None:
         target = DTYPES[dtype]
         network.set_dtype(target, lambda d: mx.issubdtype(d, mx.floating))

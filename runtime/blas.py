@@ -4,8 +4,9 @@ MLX's Linux CPU wheel bundles the reference BLAS (~5 GFLOP/s for a 2048x2048 f32
 system OpenBLAS with RTLD_GLOBAL before `mlx.core` loads makes MLX resolve its BLAS symbols there
 (~190 GFLOP/s; prefill 3 -> 55 tok/s on the 0.5B model). See DESIGN.md, "Linux CPU speed".
 
-This module must not import mlx. `coreai/__init__.py` calls `setup_blas()` first thing, so every
-entry point (the `coreai` command, `import coreai`, the tests) gets it.
+This module must not import mlx. It lives in the lowest package that imports MLX: `runtime/__init__.py`
+calls `setup_blas()` before anything else, and `guided` and `recipes` import `runtime` first, so any
+entry point (`import coreai`, `from runtime import load_model`, `import recipes`, the tests) gets it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def setup_blas() -> str | None:
     if not sys.platform.startswith("linux"):
         return None
     if "mlx.core" in sys.modules:
-        warnings.warn("mlx.core was imported before coreai: the system OpenBLAS cannot be used in this process")
+        warnings.warn("mlx.core was imported before runtime/coreai: the system OpenBLAS cannot be used in this process")
         return None
     override = os.environ.get("COREAI_OPENBLAS")
     if override == "0":
