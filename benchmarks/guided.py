@@ -56,8 +56,13 @@ def _stats(samples, scale: float) -> dict:
     if not len(samples):
         return {"n": 0}
     a = np.asarray(samples, dtype=np.float64) * scale
-    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
-            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+    return {
+        "n": int(a.size),
+        "mean": float(a.mean()),
+        "p50": float(np.percentile(a, 50)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
 
 
 def stats_us(samples) -> dict:
@@ -120,8 +125,12 @@ def raw_compile(schema, info, address: int, nbytes: int):
 
     from guided.compiler import default_limits
 
-    m = LLMatcher(info.ll_tokenizer, LLMatcher.grammar_from_json_schema(schema, overrides=RAW_OVERRIDES),
-                  log_level=0, limits=default_limits())
+    m = LLMatcher(
+        info.ll_tokenizer,
+        LLMatcher.grammar_from_json_schema(schema, overrides=RAW_OVERRIDES),
+        log_level=0,
+        limits=default_limits(),
+    )
     m.unsafe_compute_mask_ptr(address, nbytes)
     return m
 
@@ -131,13 +140,14 @@ def replay(ours, raw, tokens, bitmask, raw_buf: np.ndarray, t: dict, logits=None
     an evaluated `apply_token_bitmask` when `logits` is given) and on a raw `LLMatcher` (mask into
     `raw_buf`, int32 [1, words], + `consume_token`), interleaved token by token with the order rotating:
     both share the engine's lazily built lexer, so whoever goes first pays for building it (`first` = 1
-    starts with ours instead of raw: alternate it over repeats of a short sequence). Appends seconds to t["fill"], t["accept"], t["fill_accept"], t["raw_fill"], t["raw_accept"],
+    starts with ours instead of raw: alternate it over repeats of a short sequence). Appends seconds to
+    t["fill"], t["accept"], t["fill_accept"], t["raw_fill"], t["raw_accept"],
     t["raw_fill_accept"] (and t["apply"] with logits)."""
     from guided import apply_token_bitmask
 
     raw_addr, nbytes = raw_buf.ctypes.data, raw_buf.nbytes
     for i, tok in enumerate(tokens):
-        for which in ((0, 1) if (i + first) % 2 else (1, 0)):
+        for which in (0, 1) if (i + first) % 2 else (1, 0):
             if which == 0:
                 a = time.perf_counter()
                 bitmask.fill(ours)
@@ -219,11 +229,15 @@ def bench_ours(files, hf, info, instances_per_schema: int = 2) -> tuple[dict, li
             replay(compiled.matcher(), compiled.template.deep_copy(), tokens, bitmask, raw_buf, t, logits)
         if token_lists:
             jobs.append((path.name, case["schema"], token_lists))
-    return {"counts": counts, "per_token_us": {k: stats_us(v) for k, v in t.items()},
-            "compile_ms": {k: stats_ms(v) for k, v in comp.items()}}, jobs
+    return {
+        "counts": counts,
+        "per_token_us": {k: stats_us(v) for k, v in t.items()},
+        "compile_ms": {k: stats_ms(v) for k, v in comp.items()},
+    }, jobs
 
 
 # -- peers, in a child process each ------------------------------------------------------------------
+
 
 def _byte_decoder():
     """GPT-2 byte-level BPE: the printable character standing for each byte -> the byte."""
@@ -291,8 +305,9 @@ def _peer_worker(peer: str, vocab_name: str, hf, vocab_size: int, eos_ids, jobs,
         try:
             t0 = time.perf_counter()
             if peer == "xgrammar":
-                cg = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=(",", ":"),
-                                                  strict_mode=True)
+                cg = compiler.compile_json_schema(
+                    json.dumps(schema), any_whitespace=False, separators=(",", ":"), strict_mode=True
+                )
             else:
                 index = Index(build_regex_from_schema(json.dumps(schema)), vocab)
             res["compile"] = time.perf_counter() - t0
@@ -334,8 +349,9 @@ def bench_peer(peer: str, vocab_name: str, hf, info, eos_ids, jobs, schema_timeo
     start, t_begin, fatal = 0, time.perf_counter(), None
     while start < len(jobs) and fatal is None:
         out = ctx.Queue()
-        proc = ctx.Process(target=_peer_worker, args=(peer, vocab_name, hf, info.vocab_size, eos_ids, jobs, start, out),
-                           daemon=True)
+        proc = ctx.Process(
+            target=_peer_worker, args=(peer, vocab_name, hf, info.vocab_size, eos_ids, jobs, start, out), daemon=True
+        )
         proc.start()
         current = None
         try:
@@ -377,28 +393,50 @@ def bench_peer(peer: str, vocab_name: str, hf, info, eos_ids, jobs, schema_timeo
 def _peer_summary(results, timeouts, errors, fatal, skipped_for_budget: int = 0) -> dict:
     fill = [x for r in results for x in r["fill"]]
     accept = [x for r in results for x in r["accept"]]
-    return {"compiled": len(results), "errors": len(errors), "timeouts": len(timeouts), "fatal": fatal,
-            "skipped_for_budget": skipped_for_budget,
-            "instances": sum(r["instances"] for r in results),
-            "valid_refused": sum(r["refused_valid"] for r in results),
-            "compile_ms": stats_ms([r["compile"] for r in results]),
-            "per_token_us": {"fill": stats_us(fill), "accept": stats_us(accept),
-                             "fill_accept": stats_us([a + b for a, b in zip(fill, accept)])},
-            "error_examples": [f"{e['file']}: {e['error']}" for e in errors[:5]], "timeout_files": timeouts[:10]}
+    return {
+        "compiled": len(results),
+        "errors": len(errors),
+        "timeouts": len(timeouts),
+        "fatal": fatal,
+        "skipped_for_budget": skipped_for_budget,
+        "instances": sum(r["instances"] for r in results),
+        "valid_refused": sum(r["refused_valid"] for r in results),
+        "compile_ms": stats_ms([r["compile"] for r in results]),
+        "per_token_us": {
+            "fill": stats_us(fill),
+            "accept": stats_us(accept),
+            "fill_accept": stats_us([a + b for a, b in zip(fill, accept)]),
+        },
+        "error_examples": [f"{e['file']}: {e['error']}" for e in errors[:5]],
+        "timeout_files": timeouts[:10],
+    }
 
 
 # -- end to end -----------------------------------------------------------------------------------------
 
 # Outputs of about 20 tokens, so max 32 tokens lets every constrained run finish (valid is meaningful).
 E2E_CASES = [
-    ("Give the name, age and city of a fictional person as JSON.",
-     {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                                       "city": {"type": "string"}}, "required": ["name", "age", "city"]}),
-    ("Make up a weather report for Paris as JSON: city, temperature_c, sky, windy.",
-     {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                       "temperature_c": {"type": "integer", "minimum": -50, "maximum": 60},
-                                       "sky": {"enum": ["clear", "cloudy", "rain", "snow"]}, "windy": {"type": "boolean"}},
-      "required": ["city", "temperature_c", "sky", "windy"]}),
+    (
+        "Give the name, age and city of a fictional person as JSON.",
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+            "required": ["name", "age", "city"],
+        },
+    ),
+    (
+        "Make up a weather report for Paris as JSON: city, temperature_c, sky, windy.",
+        {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 20},
+                "temperature_c": {"type": "integer", "minimum": -50, "maximum": 60},
+                "sky": {"enum": ["clear", "cloudy", "rain", "snow"]},
+                "windy": {"type": "boolean"},
+            },
+            "required": ["city", "temperature_c", "sky", "windy"],
+        },
+    ),
 ]
 
 
@@ -434,8 +472,10 @@ def _peer_run(model, ids, max_tokens, processor: MaskProcessor, start: float) ->
     from coreai.bench import mlx_lm_run
 
     out = mlx_lm_run(model, ids, max_tokens, [processor], start)
-    return out | {"compile_ms": 1e3 * (processor.ready - start),
-                  "mask_ms_per_pass": 1e3 * processor.fill_seconds / max(1, processor.fills)}
+    return out | {
+        "compile_ms": 1e3 * (processor.ready - start),
+        "mask_ms_per_pass": 1e3 * processor.fill_seconds / max(1, processor.fills),
+    }
 
 
 E2E_PEERS = ("xgrammar", "outlines-core", "llguidance.mlx", "outlines.from_mlxlm")
@@ -465,6 +505,7 @@ def e2e_peers(model, names=E2E_PEERS) -> dict:
     def unavailable(exc):
         def run(*_):
             raise exc
+
         return run
 
     for name in names:
@@ -480,7 +521,9 @@ def e2e_peers(model, names=E2E_PEERS) -> dict:
             elif name == "outlines.from_mlxlm-xgrammar":
                 peers.update(_outlines_peers(model, ("xgrammar",)))
             else:
-                raise ValueError(f"unknown end-to-end peer {name!r}; known: {', '.join(E2E_PEERS + E2E_PEERS_OPTIONAL)}")
+                raise ValueError(
+                    f"unknown end-to-end peer {name!r}; known: {', '.join(E2E_PEERS + E2E_PEERS_OPTIONAL)}"
+                )
         except ImportError as exc:
             peers[name] = unavailable(exc)
     return peers
@@ -490,13 +533,17 @@ def _xgrammar_peer(hf, vocab_size, eos):
     import xgrammar as xgr
     from xgrammar.kernels.apply_token_bitmask_mlx import apply_token_bitmask_mlx
 
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(hf, vocab_size=vocab_size, stop_token_ids=eos),
-                                   cache_enabled=False)
+    compiler = xgr.GrammarCompiler(
+        xgr.TokenizerInfo.from_huggingface(hf, vocab_size=vocab_size, stop_token_ids=eos), cache_enabled=False
+    )
 
     def run(model, ids, schema, max_tokens):
         start = time.perf_counter()
-        matcher = xgr.GrammarMatcher(compiler.compile_json_schema(
-            json.dumps(schema), any_whitespace=False, separators=(",", ":"), strict_mode=True))
+        matcher = xgr.GrammarMatcher(
+            compiler.compile_json_schema(
+                json.dumps(schema), any_whitespace=False, separators=(",", ":"), strict_mode=True
+            )
+        )
         bitmask = xgr.allocate_token_bitmask(1, vocab_size)
 
         def fill():
@@ -505,6 +552,7 @@ def _xgrammar_peer(hf, vocab_size, eos):
 
         apply = lambda logits, mask: apply_token_bitmask_mlx(mask, logits, vocab_size)  # noqa: E731
         return _peer_run(model, ids, max_tokens, MaskProcessor(matcher.accept_token, fill, apply, eos), start)
+
     return run
 
 
@@ -526,6 +574,7 @@ def _outlines_core_peer(hf, vocab_size, eos):
             return mx.array(mask)
 
         return _peer_run(model, ids, max_tokens, MaskProcessor(guide.advance, fill, apply_token_bitmask, eos), start)
+
     return run
 
 
@@ -547,8 +596,14 @@ def _llguidance_mlx_peer(hf, vocab_size, eos):
             llguidance.numpy.fill_next_token_bitmask(matcher, mask)
             return mask
 
-        return _peer_run(model, ids, max_tokens,
-                         MaskProcessor(matcher.consume_token, fill, llguidance.mlx.apply_token_bitmask, eos), start)
+        return _peer_run(
+            model,
+            ids,
+            max_tokens,
+            MaskProcessor(matcher.consume_token, fill, llguidance.mlx.apply_token_bitmask, eos),
+            start,
+        )
+
     return run
 
 
@@ -563,9 +618,12 @@ def _outlines_peers(model, backends) -> dict:
     def variant(backend):
         def run(model, ids, schema, max_tokens):
             start = time.perf_counter()
-            processor = outlines.Generator(outlines_model, JsonSchema(json.dumps(schema)), backend=backend).logits_processor
+            processor = outlines.Generator(
+                outlines_model, JsonSchema(json.dumps(schema)), backend=backend
+            ).logits_processor
             compile_ms = 1e3 * (time.perf_counter() - start)
             return mlx_lm_run(model, ids, max_tokens, [processor], start) | {"compile_ms": compile_ms}
+
         return run
 
     return {f"outlines.from_mlxlm ({b})": variant(b) for b in backends}
@@ -602,8 +660,13 @@ def speculative_cases(names=SPECULATIVE_CASES) -> list[tuple]:
     out = []
     for name in names:
         schema = CASES / f"{name}.schema.json"
-        out.append((json.loads((CASES / f"{name}.messages.json").read_text()),
-                    json.loads(schema.read_text()) if schema.exists() else None, SPECULATIVE_CASES[name]))
+        out.append(
+            (
+                json.loads((CASES / f"{name}.messages.json").read_text()),
+                json.loads(schema.read_text()) if schema.exists() else None,
+                SPECULATIVE_CASES[name],
+            )
+        )
     return out
 
 
@@ -622,79 +685,134 @@ def speculative_markdown(report: dict, host: dict, seconds: float) -> str:
     (`coreai.bench.speculative_rows`) and a loud line per output mismatch."""
     from coreai.bench import SPECULATIVE_HEADER, mismatches, speculative_rows
 
-    out = [f"Speculative decoding benchmark {host['date']}, {host['processor']} ({host['cpus']} cores, {host['system']} "
-           f"{host['machine']}), Python {host['python']}; " + ", ".join(f"{k} {v}" for k, v in host["versions"].items())
-           + f". {report['model']} {report['dtype']}, {report['machine']['device']}, speculative: {report['speculative']}, "
-           f"greedy, median of {report['repeats']} (variants interleaved in a rotating order, all in one run); "
-           "decode tok/s excludes TTFT (ours: `timings.decode_tps`; mlx-lm: tokens after the first over their time)."]
+    out = [
+        f"Speculative decoding benchmark {host['date']}, {host['processor']} ({host['cpus']} cores, {host['system']} "
+        f"{host['machine']}), Python {host['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in host["versions"].items())
+        + f". {report['model']} {report['dtype']}, {report['machine']['device']}, "
+        f"speculative: {report['speculative']}, "
+        f"greedy, median of {report['repeats']} (variants interleaved in a rotating order, all in one run); "
+        "decode tok/s excludes TTFT (ours: `timings.decode_tps`; mlx-lm: tokens after the first over their time)."
+    ]
     for case in report["cases"]:
         kind = "free prose, no schema" if case["schema"] is None else "guided"
-        out.append(f"{case['prompt'][:100]!r} ({kind}; {case['prompt_tokens']} prompt tokens, max {case['max_tokens']} tokens)")
+        out.append(
+            f"{case['prompt'][:100]!r} ({kind}; {case['prompt_tokens']} prompt tokens, max {case['max_tokens']} tokens)"
+        )
         out.append(md_table(SPECULATIVE_HEADER, speculative_rows(case)))
     out += [f"**MISMATCH**: speculative output differs from the non-speculative one: {m}" for m in mismatches(report)]
-    out.append("x guided: ratio to ours constrained with jump-forward, no speculation; x unconstrained: to ours "
-               "unconstrained, no speculation; x mlx-lm: to mlx-lm's `stream_generate`, unconstrained; identical: the "
-               f"greedy tokens equal the non-speculative variant's in every run. Run time {seconds:.0f} s.")
+    out.append(
+        "x guided: ratio to ours constrained with jump-forward, no speculation; x unconstrained: to ours "
+        "unconstrained, no speculation; x mlx-lm: to mlx-lm's `stream_generate`, unconstrained; identical: the "
+        f"greedy tokens equal the non-speculative variant's in every run. Run time {seconds:.0f} s."
+    )
     return "\n\n".join(out)
 
 
 # -- report ---------------------------------------------------------------------------------------------
 
+
 def markdown(report: dict) -> str:
     m = report["machine"]
-    out = [f"Guided benchmark {m['date']}, {m['processor']} ({m['cpus']} cores, {m['system']} {m['machine']}), "
-           f"Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + "."]
+    out = [
+        f"Guided benchmark {m['date']}, {m['processor']} ({m['cpus']} cores, {m['system']} {m['machine']}), "
+        f"Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + "."
+    ]
     f = lambda s, k: f"{s[k]:.1f}" if s.get("n") else "-"  # noqa: E731
     for vocab, v in report["vocabs"].items():
         c = v["ours"]["counts"]
-        out.append(f"### Per-token cost, {vocab} vocabulary ({v['vocab_size']:,} logits): {c['compiled']}/{c['schemas']} "
-                   f"MaskBench schemas compiled, {c['instances']} valid instances, {c['tokens']} tokens (us per token)")
+        out.append(
+            f"### Per-token cost, {vocab} vocabulary ({v['vocab_size']:,} logits): {c['compiled']}/{c['schemas']} "
+            f"MaskBench schemas compiled, {c['instances']} valid instances, {c['tokens']} tokens (us per token)"
+        )
         rows = []
-        labels = {"fill": "ours: fill (TokenBitmask, MLX memory)", "apply": "ours: apply (evaluated, float32)",
-                  "accept": "ours: accept", "fill_accept": "ours: fill + accept",
-                  "raw_fill": "raw llguidance: fill (NumPy)", "raw_accept": "raw llguidance: consume_token",
-                  "raw_fill_accept": "raw llguidance: fill + consume"}
+        labels = {
+            "fill": "ours: fill (TokenBitmask, MLX memory)",
+            "apply": "ours: apply (evaluated, float32)",
+            "accept": "ours: accept",
+            "fill_accept": "ours: fill + accept",
+            "raw_fill": "raw llguidance: fill (NumPy)",
+            "raw_accept": "raw llguidance: consume_token",
+            "raw_fill_accept": "raw llguidance: fill + consume",
+        }
         for k, label in labels.items():
             s = v["ours"]["per_token_us"][k]
             rows.append([label, f(s, "mean"), f(s, "p50"), f(s, "p99"), f(s, "max"), "", ""])
         for peer, p in v.get("peers", {}).items():
             s = p["per_token_us"]["fill_accept"]
-            note = p["fatal"] or (f"{p['compiled']} compiled, {p['errors']} errors, {p['timeouts']} timeouts"
-                                  + (f", {p['skipped_for_budget']} not run (time budget)" if p["skipped_for_budget"] else ""))
-            rows.append([f"{peer}: fill + accept", f(s, "mean"), f(s, "p50"), f(s, "p99"), f(s, "max"),
-                         p.get("valid_refused", "-"), note])
+            note = p["fatal"] or (
+                f"{p['compiled']} compiled, {p['errors']} errors, {p['timeouts']} timeouts"
+                + (f", {p['skipped_for_budget']} not run (time budget)" if p["skipped_for_budget"] else "")
+            )
+            rows.append(
+                [
+                    f"{peer}: fill + accept",
+                    f(s, "mean"),
+                    f(s, "p50"),
+                    f(s, "p99"),
+                    f(s, "max"),
+                    p.get("valid_refused", "-"),
+                    note,
+                ]
+            )
         rows[0][5] = c["valid_refused"]
         out.append(md_table(["variant", "mean", "p50", "p99", "max", "valid instances refused", "notes"], rows))
         crow = []
-        for k, label in (("ours_cold", "ours cold (make_spec + compile_grammar)"), ("make_spec", "  of which make_spec"),
-                         ("compile_grammar", "  of which compile_grammar"),
-                         ("ours_cached", "ours cached request (memoized make_spec + GrammarCache hit)"),
-                         ("cache_hit", "GrammarCache hit alone (same spec)"),
-                         ("raw", "raw llguidance (grammar + LLMatcher + first mask)")):
+        for k, label in (
+            ("ours_cold", "ours cold (make_spec + compile_grammar)"),
+            ("make_spec", "  of which make_spec"),
+            ("compile_grammar", "  of which compile_grammar"),
+            ("ours_cached", "ours cached request (memoized make_spec + GrammarCache hit)"),
+            ("cache_hit", "GrammarCache hit alone (same spec)"),
+            ("raw", "raw llguidance (grammar + LLMatcher + first mask)"),
+        ):
             s = v["ours"]["compile_ms"][k]
-            crow.append([label, s.get("n", 0), f"{s['p50']:.3f}" if s.get("n") else "-", f"{s['p99']:.3f}" if s.get("n") else "-",
-                         f"{s['max']:.3f}" if s.get("n") else "-"])
+            crow.append(
+                [
+                    label,
+                    s.get("n", 0),
+                    f"{s['p50']:.3f}" if s.get("n") else "-",
+                    f"{s['p99']:.3f}" if s.get("n") else "-",
+                    f"{s['max']:.3f}" if s.get("n") else "-",
+                ]
+            )
         for peer, p in v.get("peers", {}).items():
             s = p["compile_ms"]
-            crow.append([f"{peer} cold", s.get("n", 0), f"{s['p50']:.3f}" if s.get("n") else "-",
-                         f"{s['p99']:.3f}" if s.get("n") else "-", f"{s['max']:.3f}" if s.get("n") else "-"])
+            crow.append(
+                [
+                    f"{peer} cold",
+                    s.get("n", 0),
+                    f"{s['p50']:.3f}" if s.get("n") else "-",
+                    f"{s['p99']:.3f}" if s.get("n") else "-",
+                    f"{s['max']:.3f}" if s.get("n") else "-",
+                ]
+            )
         out.append(f"Compile time, {vocab} (ms; peers only on schemas we compiled; timeouts excluded):")
         out.append(md_table(["compile", "schemas", "p50", "p99", "max"], crow))
     if "e2e" in report:
         from coreai.bench import GUIDED_HEADER, guided_rows, ratio_base
 
         e = report["e2e"]
-        out.append(f"### End to end, {e['model']} {e['dtype']}, greedy, max {e['max_tokens']} tokens, median of "
-                   f"{e['repeats']} (variants interleaved); TTFT includes a cold grammar compile")
+        out.append(
+            f"### End to end, {e['model']} {e['dtype']}, greedy, max {e['max_tokens']} tokens, median of "
+            f"{e['repeats']} (variants interleaved); TTFT includes a cold grammar compile"
+        )
         for case in e["cases"]:
             out.append(f"{case['prompt']} ({case['prompt_tokens']} prompt tokens)")
             out.append(md_table(GUIDED_HEADER, guided_rows(case)))
         fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-        srows = [[n] + [fmt(r[metric].get(ref)) for metric in ("decode_tps", "ttft") for ref in (ratio_base(n), "jump_forward")]
-                 for n, r in e["summary"].items()]
-        out.append("Geometric means over the cases (base: the same engine unconstrained, ours or mlx-lm; "
-                   "ours: ours constrained with jump-forward):")
-        out.append(md_table(["variant", "decode tok/s x base", "decode tok/s x ours", "TTFT x base", "TTFT x ours"], srows))
+        srows = [
+            [n]
+            + [fmt(r[metric].get(ref)) for metric in ("decode_tps", "ttft") for ref in (ratio_base(n), "jump_forward")]
+            for n, r in e["summary"].items()
+        ]
+        out.append(
+            "Geometric means over the cases (base: the same engine unconstrained, ours or mlx-lm; "
+            "ours: ours constrained with jump-forward):"
+        )
+        out.append(
+            md_table(["variant", "decode tok/s x base", "decode tok/s x ours", "TTFT x base", "TTFT x ours"], srows)
+        )
     out.append(f"Run time {report['seconds']:.0f} s.")
     return "\n\n".join(out)
 
@@ -709,10 +827,17 @@ def main(argv=None) -> dict:
     ap.add_argument("--peer-budget", type=float, default=90.0, help="time budget per peer and vocabulary (s)")
     ap.add_argument("--e2e-tokens", type=int, default=32, help="max tokens per end-to-end generation (0 = skip)")
     ap.add_argument("--e2e-repeats", type=int, default=3, help="end-to-end runs per variant and case (medians)")
-    ap.add_argument("--e2e-peers", default=",".join(E2E_PEERS),
-                    help=f"end-to-end peers driving mlx-lm (also: {', '.join(E2E_PEERS_OPTIONAL)})")
-    ap.add_argument("--speculative-repeats", type=int, default=3,
-                    help="runs per variant and case of the speculative bench (medians; 0 = skip)")
+    ap.add_argument(
+        "--e2e-peers",
+        default=",".join(E2E_PEERS),
+        help=f"end-to-end peers driving mlx-lm (also: {', '.join(E2E_PEERS_OPTIONAL)})",
+    )
+    ap.add_argument(
+        "--speculative-repeats",
+        type=int,
+        default=3,
+        help="runs per variant and case of the speculative bench (medians; 0 = skip)",
+    )
     ap.add_argument("--speculative-only", action="store_true", help="only the speculative bench (speculative.json)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -733,12 +858,24 @@ def main(argv=None) -> dict:
         log(f"{vocab}: ours done {ours['counts']}")
         for peer in [p for p in args.peers.split(",") if p]:
             try:
-                entry["peers"][peer] = bench_peer(peer, vocab, hf, info, eos, jobs, args.schema_timeout, args.peer_budget)
+                entry["peers"][peer] = bench_peer(
+                    peer, vocab, hf, info, eos, jobs, args.schema_timeout, args.peer_budget
+                )
             except Exception as exc:
-                entry["peers"][peer] = {"fatal": f"{type(exc).__name__}: {exc}", "per_token_us": {"fill_accept": {"n": 0}},
-                                        "compile_ms": {"n": 0}, "compiled": 0, "errors": 0, "timeouts": 0,
-                                        "skipped_for_budget": 0, "trace": traceback.format_exc()[-2000:]}
-            log(f"{vocab}: {peer} done: compiled {entry['peers'][peer].get('compiled')}, fatal {entry['peers'][peer].get('fatal')}")
+                entry["peers"][peer] = {
+                    "fatal": f"{type(exc).__name__}: {exc}",
+                    "per_token_us": {"fill_accept": {"n": 0}},
+                    "compile_ms": {"n": 0},
+                    "compiled": 0,
+                    "errors": 0,
+                    "timeouts": 0,
+                    "skipped_for_budget": 0,
+                    "trace": traceback.format_exc()[-2000:],
+                }
+            log(
+                f"{vocab}: {peer} done: compiled {entry['peers'][peer].get('compiled')}, "
+                f"fatal {entry['peers'][peer].get('fatal')}"
+            )
         report["vocabs"][vocab] = entry
     if args.e2e_tokens:
         report["e2e"] = bench_e2e(args.e2e_tokens, args.e2e_repeats, [p for p in args.e2e_peers.split(",") if p])

@@ -41,14 +41,20 @@ _KINDS = (("string", "some text"), ("integer", 42), ("number", 2.5), ("boolean",
 def properties_case(n: int):
     """(schema, instance): one object with `n` required properties, string/integer/number/boolean in turn."""
     names = [f"field_{i}" for i in range(n)]
-    schema = {"type": "object", "properties": {k: {"type": _KINDS[i % 4][0]} for i, k in enumerate(names)},
-              "required": names}
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": _KINDS[i % 4][0]} for i, k in enumerate(names)},
+        "required": names,
+    }
     return schema, {k: _KINDS[i % 4][1] for i, k in enumerate(names)}
 
 
 def depth_case(d: int):
     """(schema, instance): `d` objects nested in one another, the innermost holding one string."""
-    schema, value = {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]}, {"value": "x"}
+    schema, value = (
+        {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]},
+        {"value": "x"},
+    )
     for _ in range(d - 1):
         schema, value = {"type": "object", "properties": {"child": schema}, "required": ["child"]}, {"child": value}
     return schema, value
@@ -62,7 +68,9 @@ def enum_case(k: int):
     while len(words) < k:
         words["".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 12)))] = None
     values = list(words)
-    return {"type": "object", "properties": {"choice": {"enum": values}}, "required": ["choice"]}, {"choice": values[-1]}
+    return {"type": "object", "properties": {"choice": {"enum": values}}, "required": ["choice"]}, {
+        "choice": values[-1]
+    }
 
 
 CASES = {"properties": properties_case, "depth": depth_case, "enum": enum_case}
@@ -108,11 +116,15 @@ def measure(schema, value, hf, info, bitmask, raw_buf, max_n: int, min_n: int, b
         runs.append({k: stats_us(v) for k, v in t.items()})
 
     n_tokens = _repeat(replay_once, max(max_n, min(50, samples // len(tokens))), min_n, budget)
-    return {"tokens": len(tokens), "schema_chars": len(json.dumps(schema)),
-            "repeats": {"compile": n_compile, "tokens": n_tokens},
-            "compile_ms": {k: 1e3 * float(np.median(v)) for k, v in comp.items()},
-            "per_token_us": {k: {s: float(np.median([r[k][s] for r in runs])) for s in ("mean", "p50", "p99")}
-                             for k in TOKEN_KEYS}}
+    return {
+        "tokens": len(tokens),
+        "schema_chars": len(json.dumps(schema)),
+        "repeats": {"compile": n_compile, "tokens": n_tokens},
+        "compile_ms": {k: 1e3 * float(np.median(v)) for k, v in comp.items()},
+        "per_token_us": {
+            k: {s: float(np.median([r[k][s] for r in runs])) for s in ("mean", "p50", "p99")} for k in TOKEN_KEYS
+        },
+    }
 
 
 def bench_vocab(name: str, axes: dict, max_n: int, min_n: int, budget: float, samples: int) -> dict:
@@ -130,9 +142,11 @@ def bench_vocab(name: str, axes: dict, max_n: int, min_n: int, budget: float, sa
         for x in sizes:
             p = {"x": x, **measure(*CASES[axis](x), hf, info, bitmask, raw_buf, max_n, min_n, budget, samples)}
             points[axis].append(p)
-            log(f"{name} {axis}={x}: {p['tokens']} tokens, compile {p['compile_ms']['ours']:.1f} ms "
+            log(
+                f"{name} {axis}={x}: {p['tokens']} tokens, compile {p['compile_ms']['ours']:.1f} ms "
                 f"(raw {p['compile_ms']['raw']:.1f}), fill+accept {p['per_token_us']['fill_accept']['mean']:.1f} us "
-                f"(raw {p['per_token_us']['raw_fill_accept']['mean']:.1f})")
+                f"(raw {p['per_token_us']['raw_fill_accept']['mean']:.1f})"
+            )
     return {"vocab_size": info.vocab_size, "points": points}
 
 
@@ -143,25 +157,52 @@ LABELS = {"properties": "properties", "depth": "nesting depth", "enum": "enum si
 
 def markdown(report: dict) -> str:
     m = report["machine"]
-    out = [f"Scaling benchmark {m['date']}, {m['processor']} ({m['cpus']} cores, {m['system']} {m['machine']}), "
-           f"Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + "."]
+    out = [
+        f"Scaling benchmark {m['date']}, {m['processor']} ({m['cpus']} cores, {m['system']} {m['machine']}), "
+        f"Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + "."
+    ]
     trio = lambda s: f"{s['mean']:.1f} / {s['p50']:.1f} / {s['p99']:.1f}"  # noqa: E731
     for axis, label in LABELS.items():
         rows = []
         for vocab, v in report["vocabs"].items():
             for p in v["points"].get(axis, []):
                 c, t = p["compile_ms"], p["per_token_us"]
-                rows.append([vocab, p["x"], p["tokens"], f"{c['ours']:.1f}", f"{c['make_spec']:.1f}", f"{c['raw']:.1f}",
-                             trio(t["fill_accept"]), trio(t["raw_fill_accept"]),
-                             f"{100 * (t['fill_accept']['mean'] / t['raw_fill_accept']['mean'] - 1):+.0f}%"])
+                rows.append(
+                    [
+                        vocab,
+                        p["x"],
+                        p["tokens"],
+                        f"{c['ours']:.1f}",
+                        f"{c['make_spec']:.1f}",
+                        f"{c['raw']:.1f}",
+                        trio(t["fill_accept"]),
+                        trio(t["raw_fill_accept"]),
+                        f"{100 * (t['fill_accept']['mean'] / t['raw_fill_accept']['mean'] - 1):+.0f}%",
+                    ]
+                )
         if rows:
             out.append(f"### Scaling with {label}")
-            out.append(md_table(["vocab", label, "tokens", "ours compile p50 ms", "of which make_spec",
-                                 "raw llguidance compile ms", "ours fill + accept us (mean / p50 / p99)",
-                                 "raw fill + consume us (mean / p50 / p99)", "ours vs raw (mean)"], rows))
-    out.append(f"Compile: cold, p50 over repeats. Per token: over the instance's tokens (p99 of a short instance "
-               f"is its slowest token), median of repeats. "
-               f"Plot: {report['plot']}. Run time {report['seconds']:.0f} s.")
+            out.append(
+                md_table(
+                    [
+                        "vocab",
+                        label,
+                        "tokens",
+                        "ours compile p50 ms",
+                        "of which make_spec",
+                        "raw llguidance compile ms",
+                        "ours fill + accept us (mean / p50 / p99)",
+                        "raw fill + consume us (mean / p50 / p99)",
+                        "ours vs raw (mean)",
+                    ],
+                    rows,
+                )
+            )
+    out.append(
+        f"Compile: cold, p50 over repeats. Per token: over the instance's tokens (p99 of a short instance "
+        f"is its slowest token), median of repeats. "
+        f"Plot: {report['plot']}. Run time {report['seconds']:.0f} s."
+    )
     return "\n\n".join(out)
 
 
@@ -176,8 +217,10 @@ def plot(report: dict, path: Path) -> str:
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ImportError:
         return "skipped (matplotlib not installed: pip install -e '.[bench]')"
-    rows = ((lambda p: p["compile_ms"]["ours"], lambda p: p["compile_ms"]["raw"]),
-            (lambda p: p["per_token_us"]["fill_accept"]["mean"], lambda p: p["per_token_us"]["raw_fill_accept"]["mean"]))
+    rows = (
+        (lambda p: p["compile_ms"]["ours"], lambda p: p["compile_ms"]["raw"]),
+        (lambda p: p["per_token_us"]["fill_accept"]["mean"], lambda p: p["per_token_us"]["raw_fill_accept"]["mean"]),
+    )
     fig, axs = plt.subplots(2, len(LABELS), figsize=(11, 6), squeeze=False)
     for j, (axis, label) in enumerate(LABELS.items()):
         for color, (vocab, v) in zip(("C0", "C1", "C2"), report["vocabs"].items()):
@@ -186,7 +229,9 @@ def plot(report: dict, path: Path) -> str:
             name = f"{vocab} ({v['vocab_size'] // 1000}k)"
             for i, (ours, raw) in enumerate(rows):
                 axs[i][j].plot(xs, [ours(p) for p in pts], "o-", color=color, label=f"ours, {name}")
-                axs[i][j].plot(xs, [raw(p) for p in pts], "s--", color=color, alpha=0.6, label=f"raw llguidance, {name}")
+                axs[i][j].plot(
+                    xs, [raw(p) for p in pts], "s--", color=color, alpha=0.6, label=f"raw llguidance, {name}"
+                )
         axs[0][j].set_title(f"vs {label}")
         axs[1][j].set_xlabel(label)
         sizes = sorted({p["x"] for v in report["vocabs"].values() for p in v["points"].get(axis, [])})
@@ -203,8 +248,10 @@ def plot(report: dict, path: Path) -> str:
     axs[0][0].set_ylabel("cold compile p50 (ms)")
     axs[1][0].set_ylabel("fill + accept per token, mean (us)")
     axs[0][0].legend(fontsize=7)
-    fig.suptitle(f"Guided cost scaling ({report['machine']['date'][:10]}, {report['machine']['cpus']} cores, shared)",
-                 fontsize=10)
+    fig.suptitle(
+        f"Guided cost scaling ({report['machine']['date'][:10]}, {report['machine']['cpus']} cores, shared)",
+        fontsize=10,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -218,20 +265,32 @@ def main(argv=None) -> dict:
     ap.add_argument("--vocabs", default="qwen,gemma")
     ap.add_argument("--repeats", type=int, default=9, help="most repeats per point, for compile and for tokens")
     ap.add_argument("--min-repeats", type=int, default=3)
-    ap.add_argument("--budget", type=float, default=2.0, help="seconds per point after which repeats stop (at the minimum)")
-    ap.add_argument("--token-samples", type=int, default=600, help="replay short instances up to about this many tokens")
+    ap.add_argument(
+        "--budget", type=float, default=2.0, help="seconds per point after which repeats stop (at the minimum)"
+    )
+    ap.add_argument(
+        "--token-samples", type=int, default=600, help="replay short instances up to about this many tokens"
+    )
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="JSON path; .md and .png beside it")
     args = ap.parse_args(argv)
     axes = AXES
     if args.quick:
-        axes, args.vocabs, args.repeats, args.min_repeats, args.budget, args.token_samples = QUICK_AXES, "qwen", 2, 1, 0.2, 0
+        axes, args.vocabs, args.repeats, args.min_repeats, args.budget, args.token_samples = (
+            QUICK_AXES,
+            "qwen",
+            2,
+            1,
+            0.2,
+            0,
+        )
     t_start = time.perf_counter()
     out = args.out or RESULTS / ("scaling-quick.json" if args.quick else "scaling.json")
     report = {"machine": machine(), "settings": {k: str(v) for k, v in vars(args).items()}, "axes": axes, "vocabs": {}}
     for vocab in [v for v in args.vocabs.split(",") if v]:
-        report["vocabs"][vocab] = bench_vocab(vocab, axes, args.repeats, args.min_repeats, args.budget,
-                                               args.token_samples)
+        report["vocabs"][vocab] = bench_vocab(
+            vocab, axes, args.repeats, args.min_repeats, args.budget, args.token_samples
+        )
     report["seconds"] = time.perf_counter() - t_start
     report["plot"] = "skipped (--no-plot)" if args.no_plot else plot(report, out.with_suffix(".png"))
     text = markdown(report)

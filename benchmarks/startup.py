@@ -31,8 +31,16 @@ def main(argv=None) -> int:
     folder = str(store.ensure(args.model))
     runs = {
         "import coreai": ["-c", "import coreai"],
-        "coreai generate --max-tokens 1 --prompt hi": ["-m", "coreai.cli", "generate", args.model,
-                                                       "--max-tokens", "1", "--prompt", "hi"],
+        "coreai generate --max-tokens 1 --prompt hi": [
+            "-m",
+            "coreai.cli",
+            "generate",
+            args.model,
+            "--max-tokens",
+            "1",
+            "--prompt",
+            "hi",
+        ],
         "mlx_lm.load (same folder)": ["-c", f"import mlx_lm; mlx_lm.load({folder!r})"],
     }
     times: dict[str, list[float]] = {name: [] for name in runs}

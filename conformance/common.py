@@ -21,8 +21,10 @@ JSB = SHARED_DATA / "jsonschemabench"
 MASKBENCH = JSB / "maskbench"
 BASELINES = SHARED_DATA / "llguidance-baselines"
 REMOTE_PREFIX = "http://localhost:1234/"
-DRAFT_URI = {"draft2020-12": "https://json-schema.org/draft/2020-12/schema",
-             "draft7": "http://json-schema.org/draft-07/schema#"}
+DRAFT_URI = {
+    "draft2020-12": "https://json-schema.org/draft/2020-12/schema",
+    "draft7": "http://json-schema.org/draft-07/schema#",
+}
 
 
 def require_data() -> None:
@@ -93,7 +95,7 @@ def bundle_remotes(schema, draft: str):
         if url in seen:
             continue
         seen.add(url)
-        path = SUITE / "remotes" / url[len(REMOTE_PREFIX):]
+        path = SUITE / "remotes" / url[len(REMOTE_PREFIX) :]
         if not path.is_file():
             continue
         doc = json.loads(path.read_text())
@@ -172,14 +174,31 @@ def machine() -> dict:
     import importlib.metadata as md
 
     versions = {}
-    for name in ("coreai-mlx", "llguidance", "mlx", "mlx-lm", "jsonschema", "transformers", "xgrammar", "outlines-core", "outlines", "torch"):
+    for name in (
+        "coreai-mlx",
+        "llguidance",
+        "mlx",
+        "mlx-lm",
+        "jsonschema",
+        "transformers",
+        "xgrammar",
+        "outlines-core",
+        "outlines",
+        "torch",
+    ):
         try:
             versions[name] = md.version(name)
         except md.PackageNotFoundError:
             pass
-    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": platform.machine(), "system": platform.system(),
-            "processor": platform.processor() or _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "versions": versions}
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "processor": platform.processor() or _cpu_name(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
 
 
 def _cpu_name() -> str:
@@ -194,9 +213,13 @@ def _cpu_name() -> str:
 
 def md_table(header: list[str], rows: list[list]) -> str:
     """A markdown table; numbers right-aligned."""
+
     def cell(x):
         return f"{x:.3g}" if isinstance(x, float) else str(x)
-    lines = ["| " + " | ".join(header) + " |",
-             "| " + " | ".join("---:" if i else "---" for i in range(len(header))) + " |"]
+
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join("---:" if i else "---" for i in range(len(header))) + " |",
+    ]
     lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
     return "\n".join(lines)

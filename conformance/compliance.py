@@ -19,13 +19,29 @@ import numpy as np
 
 from conformance.common import JSB, compile_status
 
-SUBSETS = ["Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra",
-           "Kubernetes", "Snowplow", "WashingtonPost", "JsonSchemaStore"]
+SUBSETS = [
+    "Glaiveai2K",
+    "Github_trivial",
+    "Github_easy",
+    "Github_medium",
+    "Github_hard",
+    "Github_ultra",
+    "Kubernetes",
+    "Snowplow",
+    "WashingtonPost",
+    "JsonSchemaStore",
+]
 # JSONSchemaBench (arXiv:2501.10868) Table 4, Guidance column: declared / empirical / compliance.
-PUBLISHED_GUIDANCE = {"Glaiveai2K": (0.98, 0.96, 0.98), "Github_easy": (0.90, 0.86, 0.96),
-                      "Snowplow": (0.87, 0.82, 0.94), "Github_medium": (0.79, 0.69, 0.87),
-                      "Kubernetes": (0.98, 0.91, 0.92), "WashingtonPost": (0.86, 0.86, 1.00),
-                      "Github_hard": (0.60, 0.41, 0.69), "JsonSchemaStore": (0.35, 0.30, 0.88)}
+PUBLISHED_GUIDANCE = {
+    "Glaiveai2K": (0.98, 0.96, 0.98),
+    "Github_easy": (0.90, 0.86, 0.96),
+    "Snowplow": (0.87, 0.82, 0.94),
+    "Github_medium": (0.79, 0.69, 0.87),
+    "Kubernetes": (0.98, 0.91, 0.92),
+    "WashingtonPost": (0.86, 0.86, 1.00),
+    "Github_hard": (0.60, 0.41, 0.69),
+    "JsonSchemaStore": (0.35, 0.30, 0.88),
+}
 
 
 def closing_bias(hf, info) -> mx.array:
@@ -65,9 +81,14 @@ def random_generation(compiled, hf, bias: mx.array, seed: int, max_tokens: int =
         if step.finish:
             finish = step.finish
             break
-    return {"finish": finish, "complete": strategy.complete, "text": hf.decode(tokens),
-            "tokens": len(tokens), "forward_passes": strategy.stats.forward_passes,
-            "early_stop": finish == "stop" and not strategy.complete}
+    return {
+        "finish": finish,
+        "complete": strategy.complete,
+        "text": hf.decode(tokens),
+        "tokens": len(tokens),
+        "forward_passes": strategy.stats.forward_passes,
+        "early_stop": finish == "stop" and not strategy.complete,
+    }
 
 
 def subset_files(subset: str):
@@ -85,8 +106,16 @@ def _compile_one(path):
     return status, detail, seconds
 
 
-def run_compliance(info, hf, generations: int = 2, gen_sample: int | None = None, compile_sample: int | None = None,
-                   max_tokens: int = 160, progress=None, jobs: int = 1) -> dict:
+def run_compliance(
+    info,
+    hf,
+    generations: int = 2,
+    gen_sample: int | None = None,
+    compile_sample: int | None = None,
+    max_tokens: int = 160,
+    progress=None,
+    jobs: int = 1,
+) -> dict:
     """Compile every schema (or the first `compile_sample` of each subset, by file name; in `jobs`
     processes) and run `generations` random generations (in this process) for the first `gen_sample`
     compiled schemas of each subset (all when None). Returns per-subset counts and every failing output."""
@@ -105,7 +134,7 @@ def run_compliance(info, hf, generations: int = 2, gen_sample: int | None = None
         t0 = time.perf_counter()
         statuses = parallel_map(_compile_one, files, jobs)
         compile_times = []
-        for (status, detail, seconds) in statuses:
+        for status, detail, seconds in statuses:
             c[status] += 1
             if status == "refused":
                 c["refused:" + (detail if len(detail) < 40 else "other")] += 1
@@ -131,44 +160,123 @@ def run_compliance(info, hf, generations: int = 2, gen_sample: int | None = None
                     _, errors = check_json(r["text"], schema)
                     if errors:
                         c["invalid"] += 1
-                        failures.append({"subset": subset, "file": path.name, "seed": g + 1, "text": r["text"][:2000],
-                                         "errors": errors[:5]})
+                        failures.append(
+                            {
+                                "subset": subset,
+                                "file": path.name,
+                                "seed": g + 1,
+                                "text": r["text"][:2000],
+                                "errors": errors[:5],
+                            }
+                        )
                     else:
                         c["valid"] += 1
                 elif r["early_stop"]:
-                    failures.append({"subset": subset, "file": path.name, "seed": g + 1, "text": r["text"][:2000],
-                                     "errors": ["stopped while the grammar was incomplete"]})
+                    failures.append(
+                        {
+                            "subset": subset,
+                            "file": path.name,
+                            "seed": g + 1,
+                            "text": r["text"][:2000],
+                            "errors": ["stopped while the grammar was incomplete"],
+                        }
+                    )
                 elif r["finish"] == "error":
                     c["engine_error"] += 1
         c["seconds"] = round(time.perf_counter() - t0, 1)
         ct = np.array(compile_times or [0.0]) * 1e3
-        subsets[subset] = {**c, "compile_ms_p50": float(np.percentile(ct, 50)), "compile_ms_p99": float(np.percentile(ct, 99)),
-                           "compile_ms_max": float(ct.max())}
+        subsets[subset] = {
+            **c,
+            "compile_ms_p50": float(np.percentile(ct, 50)),
+            "compile_ms_p99": float(np.percentile(ct, 99)),
+            "compile_ms_max": float(ct.max()),
+        }
         if progress:
             progress(f"compliance {subset}: {dict(c)}")
-    return {"subsets": subsets, "failures": failures,
-            "settings": {"generations": generations, "gen_sample": gen_sample, "compile_sample": compile_sample,
-                         "max_tokens": max_tokens}}
+    return {
+        "subsets": subsets,
+        "failures": failures,
+        "settings": {
+            "generations": generations,
+            "gen_sample": gen_sample,
+            "compile_sample": compile_sample,
+            "max_tokens": max_tokens,
+        },
+    }
 
 
-COMPLIANCE_HEADER = ["subset", "schemas", "compiled", "coverage", "refused", "error", "Guidance (paper) declared / empirical",
-                     "schemas generated", "outputs", "finished", "valid", "invalid", "hit max_tokens",
-                     "compile p50 ms", "compile p99 ms"]
+COMPLIANCE_HEADER = [
+    "subset",
+    "schemas",
+    "compiled",
+    "coverage",
+    "refused",
+    "error",
+    "Guidance (paper) declared / empirical",
+    "schemas generated",
+    "outputs",
+    "finished",
+    "valid",
+    "invalid",
+    "hit max_tokens",
+    "compile p50 ms",
+    "compile p99 ms",
+]
 
 
 def compliance_rows(results: dict) -> list[list]:
     rows, total = [], Counter()
     for subset, c in results["subsets"].items():
         pub = PUBLISHED_GUIDANCE.get(subset)
-        for k in ("total", "compiled", "refused", "error", "schemas_generated", "outputs", "finish_stop", "valid",
-                  "invalid", "finish_length"):
+        for k in (
+            "total",
+            "compiled",
+            "refused",
+            "error",
+            "schemas_generated",
+            "outputs",
+            "finish_stop",
+            "valid",
+            "invalid",
+            "finish_length",
+        ):
             total[k] += c.get(k, 0)
-        rows.append([subset, c["total"], c.get("compiled", 0), f"{c.get('compiled', 0) / max(1, c['total']):.2f}",
-                     c.get("refused", 0), c.get("error", 0), f"{pub[0]:.2f} / {pub[1]:.2f}" if pub else "-",
-                     c.get("schemas_generated", 0), c.get("outputs", 0), c.get("finish_stop", 0), c.get("valid", 0),
-                     c.get("invalid", 0), c.get("finish_length", 0), f"{c['compile_ms_p50']:.1f}",
-                     f"{c['compile_ms_p99']:.1f}"])
-    rows.append(["**total**", total["total"], total["compiled"], f"{total['compiled'] / max(1, total['total']):.2f}",
-                 total["refused"], total["error"], "-", total["schemas_generated"], total["outputs"],
-                 total["finish_stop"], total["valid"], total["invalid"], total["finish_length"], "", ""])
+        rows.append(
+            [
+                subset,
+                c["total"],
+                c.get("compiled", 0),
+                f"{c.get('compiled', 0) / max(1, c['total']):.2f}",
+                c.get("refused", 0),
+                c.get("error", 0),
+                f"{pub[0]:.2f} / {pub[1]:.2f}" if pub else "-",
+                c.get("schemas_generated", 0),
+                c.get("outputs", 0),
+                c.get("finish_stop", 0),
+                c.get("valid", 0),
+                c.get("invalid", 0),
+                c.get("finish_length", 0),
+                f"{c['compile_ms_p50']:.1f}",
+                f"{c['compile_ms_p99']:.1f}",
+            ]
+        )
+    rows.append(
+        [
+            "**total**",
+            total["total"],
+            total["compiled"],
+            f"{total['compiled'] / max(1, total['total']):.2f}",
+            total["refused"],
+            total["error"],
+            "-",
+            total["schemas_generated"],
+            total["outputs"],
+            total["finish_stop"],
+            total["valid"],
+            total["invalid"],
+            total["finish_length"],
+            "",
+            "",
+        ]
+    )
     return rows

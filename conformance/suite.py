@@ -8,12 +8,28 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
-from conformance.common import (BASELINES, DRAFT_URI, MASKBENCH, SUITE, accepts, bundle_remotes, compile_status,
-                                serialize, tokenize, validates)
+from conformance.common import (
+    BASELINES,
+    DRAFT_URI,
+    MASKBENCH,
+    SUITE,
+    accepts,
+    bundle_remotes,
+    compile_status,
+    serialize,
+    tokenize,
+    validates,
+)
 
 CONFIGS = {"default": {}, "lenient": {"lenient": True}, "nonstrict": {"strict": False}}
-LLG_MAP = {"pass": "pass", "false_positive": "fp", "false_negative": "fn", "skip_compile": "refused",
-           "compile_error_valid": "error", "compile_error_all_invalid": "error"}
+LLG_MAP = {
+    "pass": "pass",
+    "false_positive": "fp",
+    "false_negative": "fn",
+    "skip_compile": "refused",
+    "compile_error_valid": "error",
+    "compile_error_all_invalid": "error",
+}
 
 
 def suite_files(drafts=("draft2020-12", "draft7")):
@@ -62,7 +78,11 @@ def run_case_group(schema, tests, info, hf, draft: str | None = None, full_nonst
     # Lenient only differs from the default when the default refuses (no keyword left unenforced,
     # the same grammar); strict=False only matters where the default rejects an instance.
     if comp["default"][0] == "compiled":
-        comp["lenient"], compiled["lenient"], verdicts["lenient"] = comp["default"], compiled["default"], verdicts["default"]
+        comp["lenient"], compiled["lenient"], verdicts["lenient"] = (
+            comp["default"],
+            compiled["default"],
+            verdicts["default"],
+        )
     else:
         compile_config("lenient")
         verdicts["lenient"] = [accepts(compiled["lenient"], t) if compiled["lenient"] else None for t in token_lists]
@@ -73,7 +93,9 @@ def run_case_group(schema, tests, info, hf, draft: str | None = None, full_nonst
         comp["nonstrict"], verdicts["nonstrict"] = comp["default"], verdicts["default"]
     else:
         compile_config("nonstrict")
-        verdicts["nonstrict"] = [accepts(compiled["nonstrict"], t) if compiled["nonstrict"] else None for t in token_lists]
+        verdicts["nonstrict"] = [
+            accepts(compiled["nonstrict"], t) if compiled["nonstrict"] else None for t in token_lists
+        ]
     cases = []
     for i, test in enumerate(tests):
         valid = bool(test["valid"])
@@ -134,19 +156,50 @@ def suite_rows(results: dict) -> tuple[list[list], dict]:
     return rows, {d: dict(c) for d, c in totals.items()}
 
 
-SUITE_HEADER = ["draft", "file", "cases", "pass", "FP", "FN", "refused", "error", "changed by strict",
-                "FN the final check rejects too", "FP after check", "lenient pass", "lenient FP (matcher)", "lenient FP after check",
-                "llg pass", "llg FP", "llg FN", "llg refused", "llg error"]
+SUITE_HEADER = [
+    "draft",
+    "file",
+    "cases",
+    "pass",
+    "FP",
+    "FN",
+    "refused",
+    "error",
+    "changed by strict",
+    "FN the final check rejects too",
+    "FP after check",
+    "lenient pass",
+    "lenient FP (matcher)",
+    "lenient FP after check",
+    "llg pass",
+    "llg FP",
+    "llg FN",
+    "llg refused",
+    "llg error",
+]
 
 
 def _cols(c: Counter) -> list:
     llg = [c["llg_pass"], c["llg_fp"], c["llg_fn"], c["llg_refused"], c["llg_error"]] if c["llg_cases"] else ["-"] * 5
-    return [c["cases"], c["pass"], c["fp"], c["fn"], c["refused"], c["error"], c["strict_changed"], c["fn_check"],
-            c["final_fp"],
-            c["lenient_pass"], c["lenient_matcher_fp"], c["lenient_fp"], *llg]
+    return [
+        c["cases"],
+        c["pass"],
+        c["fp"],
+        c["fn"],
+        c["refused"],
+        c["error"],
+        c["strict_changed"],
+        c["fn_check"],
+        c["final_fp"],
+        c["lenient_pass"],
+        c["lenient_matcher_fp"],
+        c["lenient_fp"],
+        *llg,
+    ]
 
 
 # -- MaskBench ---------------------------------------------------------------------------------------
+
 
 def maskbench_subset(name: str) -> str:
     if "---" in name:
@@ -242,15 +295,46 @@ def maskbench_rows(results: dict) -> tuple[list[list], dict]:
     return rows, dict(total)
 
 
-MASKBENCH_HEADER = ["subset", "files", "ok", "refused", "error", "wrong verdict", "FP", "FN", "FN from strict",
-                    "FN the final check rejects too", "FP after check", "strict=False ok", "lenient ok", "lenient FP (matcher)",
-                    "llg ok", "llg refused", "llg wrong verdict"]
+MASKBENCH_HEADER = [
+    "subset",
+    "files",
+    "ok",
+    "refused",
+    "error",
+    "wrong verdict",
+    "FP",
+    "FN",
+    "FN from strict",
+    "FN the final check rejects too",
+    "FP after check",
+    "strict=False ok",
+    "lenient ok",
+    "lenient FP (matcher)",
+    "llg ok",
+    "llg refused",
+    "llg wrong verdict",
+]
 
 
 def _mb_cols(c: Counter) -> list:
-    return [c["files"], c["ok"], c["refused"], c["error"], c["verr"], c["fp"], c["fn"], c["fn_strict"], c["fn_check"],
-            c["final_fp"],
-            c["nonstrict_ok"], c["lenient_ok"], c["lenient_matcher_fp"], c["llg_ok"], c["llg_err"], c["llg_verr"]]
+    return [
+        c["files"],
+        c["ok"],
+        c["refused"],
+        c["error"],
+        c["verr"],
+        c["fp"],
+        c["fn"],
+        c["fn_strict"],
+        c["fn_check"],
+        c["final_fp"],
+        c["nonstrict_ok"],
+        c["lenient_ok"],
+        c["lenient_matcher_fp"],
+        c["llg_ok"],
+        c["llg_err"],
+        c["llg_verr"],
+    ]
 
 
 def findings(suite: dict | None, maskbench: dict | None) -> list[dict]:
@@ -261,12 +345,26 @@ def findings(suite: dict | None, maskbench: dict | None) -> list[dict]:
         for case in g["cases"]:
             for cfg in ("default", "lenient", "nonstrict"):
                 if case[cfg] == "fp":
-                    out.append({"where": f"{g['draft']}/{g['file']}", "group": g["group"], "test": case["description"],
-                                "config": cfg, "caught_by_check": case[cfg + "_final"] != "fp"})
+                    out.append(
+                        {
+                            "where": f"{g['draft']}/{g['file']}",
+                            "group": g["group"],
+                            "test": case["description"],
+                            "config": cfg,
+                            "caught_by_check": case[cfg + "_final"] != "fp",
+                        }
+                    )
     for f in (maskbench or {}).get("files", []):
         for i, case in enumerate(f["cases"]):
             for cfg in ("default", "lenient", "nonstrict"):
                 if case[cfg] == "fp":
-                    out.append({"where": f"maskbench/{f['file']}", "group": "", "test": f"tests[{i}]", "config": cfg,
-                                "caught_by_check": case[cfg + "_final"] != "fp"})
+                    out.append(
+                        {
+                            "where": f"maskbench/{f['file']}",
+                            "group": "",
+                            "test": f"tests[{i}]",
+                            "config": cfg,
+                            "caught_by_check": case[cfg + "_final"] != "fp",
+                        }
+                    )
     return out

@@ -25,17 +25,28 @@ def resolve(name_or_path: str | os.PathLike, cache_dir=None, progress: bool = Tr
         try:
             from huggingface_hub import snapshot_download
 
-            return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.jinja", "tokenizer.model", "*.txt"]))
+            return Path(
+                snapshot_download(
+                    name, allow_patterns=["*.json", "*.safetensors", "*.jinja", "tokenizer.model", "*.txt"]
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - any hub failure is reported as "not found" with its reason
             raise ModelNotFound(
                 f"{name}: not a registry model or local folder, and downloading it from the Hugging Face hub failed "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); known models: {', '.join(store.REGISTRY)}"
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                f"known models: {', '.join(store.REGISTRY)}"
             ) from None
-    raise ModelNotFound(f"{name}: not a registry model, a local folder or a repo id; known models: {', '.join(store.REGISTRY)}")
+    raise ModelNotFound(
+        f"{name}: not a registry model, a local folder or a repo id; known models: {', '.join(store.REGISTRY)}"
+    )
 
 
-def load(name_or_path: str | os.PathLike = store.DEFAULT_MODEL, dtype: str | None = None, cache_dir=None,
-         draft: str | os.PathLike | None = None) -> Model:
+def load(
+    name_or_path: str | os.PathLike = store.DEFAULT_MODEL,
+    dtype: str | None = None,
+    cache_dir=None,
+    draft: str | os.PathLike | None = None,
+) -> Model:
     """Load a model: registry name (default `qwen2.5-coder-0.5b-instruct`), MLX folder or repo id.
 
     dtype: "float32" | "float16" | "bfloat16" | None (float32 on the CPU backend, the stored

@@ -39,8 +39,13 @@ def _ours(model, prompt, gen_tokens):
     for delta in stream_tokens(model.network, tokenizer, prompt, SamplingStrategy(), max_tokens=gen_tokens):
         result = delta.result
     t = result.timings
-    return dict(ttft=t.ttft, prefill_tps=t.prefill_tps, decode_tps=t.decode_tps, peak_memory=t.peak_memory,
-                tokens=len(result.token_ids))
+    return dict(
+        ttft=t.ttft,
+        prefill_tps=t.prefill_tps,
+        decode_tps=t.decode_tps,
+        peak_memory=t.peak_memory,
+        tokens=len(result.token_ids),
+    )
 
 
 def _mlx_lm(model, prompt, gen_tokens):
@@ -57,8 +62,13 @@ def _mlx_lm(model, prompt, gen_tokens):
                 ttft = time.perf_counter() - start
     finally:
         wrapper.eos_token_ids = saved
-    return dict(ttft=ttft, prefill_tps=response.prompt_tps, decode_tps=response.generation_tps,
-                peak_memory=int(response.peak_memory * 1e9), tokens=response.generation_tokens)
+    return dict(
+        ttft=ttft,
+        prefill_tps=response.prompt_tps,
+        decode_tps=response.generation_tps,
+        peak_memory=int(response.peak_memory * 1e9),
+        tokens=response.generation_tokens,
+    )
 
 
 def run_bench(model, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int = 3) -> dict:
@@ -70,13 +80,18 @@ def run_bench(model, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int 
     for _ in range(runs):
         samples["coreai"].append(_ours(model, prompt, gen_tokens))
         samples["mlx_lm"].append(_mlx_lm(model, prompt, gen_tokens))
-    medians = {
-        name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in samples.items()
+    medians = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in samples.items()}
+    ratios = {
+        k: medians["coreai"][k] / medians["mlx_lm"][k] for k in ("prefill_tps", "decode_tps") if medians["mlx_lm"][k]
     }
-    ratios = {k: medians["coreai"][k] / medians["mlx_lm"][k] for k in ("prefill_tps", "decode_tps") if medians["mlx_lm"][k]}
     return dict(
-        **_header(model), prompt_tokens=len(prompt),
-        gen_tokens=gen_tokens, runs=runs, median=medians, ratio_coreai_over_mlx_lm=ratios, samples=samples,
+        **_header(model),
+        prompt_tokens=len(prompt),
+        gen_tokens=gen_tokens,
+        runs=runs,
+        median=medians,
+        ratio_coreai_over_mlx_lm=ratios,
+        samples=samples,
     )
 
 
@@ -87,10 +102,15 @@ def _header(model) -> dict:
 
     return dict(
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        machine=dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
-                     device=str(mx.default_device()), blas=blas_in_use()),
+        machine=dict(
+            platform=platform.platform(),
+            processor=platform.processor() or platform.machine(),
+            device=str(mx.default_device()),
+            blas=blas_in_use(),
+        ),
         versions=dict(mlx=mx.__version__, mlx_lm=mlx_lm.__version__, llguidance=llguidance.__version__),
-        model=model.name, dtype=str(_leaves(model.network)[0][1]).removeprefix("mlx.core."),
+        model=model.name,
+        dtype=str(_leaves(model.network)[0][1]).removeprefix("mlx.core."),
     )
 
 
@@ -103,13 +123,17 @@ def _leaves(network):
 def format_table(report: dict) -> str:
     m = report["median"]
     lines = [
-        f"{report['model']} ({report['dtype']}), prompt {report['prompt_tokens']} tok, generate {report['gen_tokens']} tok, "
+        f"{report['model']} ({report['dtype']}), prompt "
+        f"{report['prompt_tokens']} tok, generate {report['gen_tokens']} tok, "
         f"median of {report['runs']}; {report['machine']['device']}, BLAS: {report['machine']['blas']}",
         f"{'engine':10s} {'TTFT s':>8s} {'prefill tok/s':>14s} {'decode tok/s':>13s} {'peak MiB':>9s}",
     ]
     for name in ("coreai", "mlx_lm"):
         r = m[name]
-        lines.append(f"{name:10s} {r['ttft']:8.3f} {r['prefill_tps']:14.1f} {r['decode_tps']:13.2f} {r['peak_memory'] / 2**20:9.0f}")
+        lines.append(
+            f"{name:10s} {r['ttft']:8.3f} {r['prefill_tps']:14.1f} "
+            f"{r['decode_tps']:13.2f} {r['peak_memory'] / 2**20:9.0f}"
+        )
     ratio = report["ratio_coreai_over_mlx_lm"]
     lines.append("coreai / mlx-lm: " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items()))
     return "\n".join(lines)
@@ -117,7 +141,10 @@ def format_table(report: dict) -> str:
 
 # -- guided generation, end to end ------------------------------------------------------------------
 
-def mlx_lm_run(model, prompt_ids: list[int], max_tokens: int, logits_processors=None, start: float | None = None) -> dict:
+
+def mlx_lm_run(
+    model, prompt_ids: list[int], max_tokens: int, logits_processors=None, start: float | None = None
+) -> dict:
     """One greedy `mlx_lm.stream_generate` run on `model`'s network and tokenizer, stopping at EOS.
 
     logits_processors: mlx-lm processors, `(tokens mx.array [n] int32, logits mx.array [1, V]) -> logits`.
@@ -129,28 +156,45 @@ def mlx_lm_run(model, prompt_ids: list[int], max_tokens: int, logits_processors=
 
     start = time.perf_counter() if start is None else start
     first, parts = None, []
-    for response in stream_generate(model.network, model.tokenizer._wrapper, prompt_ids, max_tokens=max_tokens,
-                                    logits_processors=logits_processors):
+    for response in stream_generate(
+        model.network, model.tokenizer._wrapper, prompt_ids, max_tokens=max_tokens, logits_processors=logits_processors
+    ):
         first = first or time.perf_counter()
         parts.append(response.text)
     end = time.perf_counter()
     tokens = response.generation_tokens - (response.finish_reason == "stop")  # the last one was EOS
-    return dict(tokens=tokens, forward_passes=response.generation_tokens, ttft=first - start,
-                decode_tps=(tokens - 1) / (end - first) if tokens > 1 else 0.0, text="".join(parts),
-                finish=response.finish_reason)
+    return dict(
+        tokens=tokens,
+        forward_passes=response.generation_tokens,
+        ttft=first - start,
+        decode_tps=(tokens - 1) / (end - first) if tokens > 1 else 0.0,
+        text="".join(parts),
+        finish=response.finish_reason,
+    )
 
 
 def _speculative_counts(r) -> dict:
     """The fields every run of ours reports beside its timings: token ids (to compare outputs) and the
     speculative counters (tokens; acceptance: accepted / drafted, 0 when nothing was drafted)."""
-    return dict(token_ids=list(r.token_ids), drafted_tokens=r.drafted_tokens, accepted_tokens=r.accepted_tokens,
-                acceptance=r.accepted_tokens / r.drafted_tokens if r.drafted_tokens else 0.0)
+    return dict(
+        token_ids=list(r.token_ids),
+        drafted_tokens=r.drafted_tokens,
+        accepted_tokens=r.accepted_tokens,
+        acceptance=r.accepted_tokens / r.drafted_tokens if r.drafted_tokens else 0.0,
+    )
 
 
 def _unconstrained(model, prompt_ids, schema, max_tokens, speculative=None) -> dict:
     r = model.generate(prompt_ids, max_tokens=max_tokens, speculative=speculative)
-    return dict(tokens=r.usage.completion_tokens, forward_passes=r.forward_passes, ttft=r.timings.ttft,
-                decode_tps=r.timings.decode_tps, text=r.text, finish=r.finish_reason, **_speculative_counts(r))
+    return dict(
+        tokens=r.usage.completion_tokens,
+        forward_passes=r.forward_passes,
+        ttft=r.timings.ttft,
+        decode_tps=r.timings.decode_tps,
+        text=r.text,
+        finish=r.finish_reason,
+        **_speculative_counts(r),
+    )
 
 
 def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool, speculative=None) -> dict:
@@ -163,10 +207,19 @@ def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool, spec
     compile_s = time.perf_counter() - start
     r = session.generate(prompt_ids, max_tokens=max_tokens, speculative=speculative)
     s = r.stats
-    return dict(tokens=r.usage.completion_tokens, forward_passes=r.forward_passes, tokens_jumped=s.tokens_jumped,
-                ttft=compile_s + r.timings.ttft, compile_ms=1e3 * compile_s, decode_tps=r.timings.decode_tps,
-                mask_ms_per_pass=1e3 * s.mask_seconds / max(1, s.masks), valid=r.valid, text=r.text,
-                finish=r.finish_reason, **_speculative_counts(r))
+    return dict(
+        tokens=r.usage.completion_tokens,
+        forward_passes=r.forward_passes,
+        tokens_jumped=s.tokens_jumped,
+        ttft=compile_s + r.timings.ttft,
+        compile_ms=1e3 * compile_s,
+        decode_tps=r.timings.decode_tps,
+        mask_ms_per_pass=1e3 * s.mask_seconds / max(1, s.masks),
+        valid=r.valid,
+        text=r.text,
+        finish=r.finish_reason,
+        **_speculative_counts(r),
+    )
 
 
 GUIDED_VARIANTS = {
@@ -197,8 +250,9 @@ def speculative_variants(speculative) -> dict:
 RATIO_REFERENCES = ("unconstrained", "mlx_lm", "jump_forward")
 
 
-def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra_variants: dict | None = None,
-                     speculative=None) -> dict:
+def run_guided_bench(
+    model, cases, max_tokens: int = 32, repeats: int = 3, extra_variants: dict | None = None, speculative=None
+) -> dict:
     """End-to-end guided generation, greedy, same prompt ids for every variant.
 
     cases: [(prompt, schema)] or [(prompt, schema, max_tokens)]: prompt as `Model.prompt_ids` takes it
@@ -248,7 +302,7 @@ def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra
         names = [n for n in variants if n not in errors and (schema is not None or n in UNCONSTRAINED)]
         samples: dict[str, list] = {n: [] for n in names}
         for r in range(repeats):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 sample = None if name in errors else attempt(name, ids, schema, n_max, errors)
                 if sample is not None:
                     if schema is not None and name not in UNCONSTRAINED and "valid" not in sample:
@@ -256,24 +310,46 @@ def run_guided_bench(model, cases, max_tokens: int = 32, repeats: int = 3, extra
                         sample["valid"] = sample["finish"] == "stop" and not check_json(sample["text"], schema)[1]
                     samples[name].append(sample)
         median = {n: _median(s) for n, s in samples.items() if s and n not in errors}
-        ratios = {n: {metric: {ref: m[metric] / median[ref][metric] for ref in RATIO_REFERENCES
-                               if ref in median and median[ref][metric]}
-                      for metric in ("decode_tps", "ttft")} for n, m in median.items()}
-        case = dict(prompt=prompt if isinstance(prompt, str) else _prompt_label(prompt), schema=schema,
-                    prompt_tokens=len(ids), max_tokens=n_max, median=median, ratios=ratios, errors=errors,
-                    samples=samples)
+        ratios = {
+            n: {
+                metric: {
+                    ref: m[metric] / median[ref][metric]
+                    for ref in RATIO_REFERENCES
+                    if ref in median and median[ref][metric]
+                }
+                for metric in ("decode_tps", "ttft")
+            }
+            for n, m in median.items()
+        }
+        case = dict(
+            prompt=prompt if isinstance(prompt, str) else _prompt_label(prompt),
+            schema=schema,
+            prompt_tokens=len(ids),
+            max_tokens=n_max,
+            median=median,
+            ratios=ratios,
+            errors=errors,
+            samples=samples,
+        )
         if speculative is not None:
-            case["identical"] = {spec: all(s["token_ids"] == samples[base][0]["token_ids"]
-                                           for s in samples[spec] + samples[base])
-                                 for spec, base in SPECULATIVE_PAIRS.items() if samples.get(spec) and samples.get(base)}
+            case["identical"] = {
+                spec: all(s["token_ids"] == samples[base][0]["token_ids"] for s in samples[spec] + samples[base])
+                for spec, base in SPECULATIVE_PAIRS.items()
+                if samples.get(spec) and samples.get(base)
+            }
         out.append(case)
     summary = {}
     for n in variants:
         per_case = [c["ratios"].get(n) for c in out if c["schema"] is not None or n in UNCONSTRAINED]
         if per_case and all(per_case):
-            summary[n] = {metric: {ref: _geomean([r[metric][ref] for r in per_case])
-                                   for ref in RATIO_REFERENCES if all(ref in r[metric] for r in per_case)}
-                          for metric in ("decode_tps", "ttft")}
+            summary[n] = {
+                metric: {
+                    ref: _geomean([r[metric][ref] for r in per_case])
+                    for ref in RATIO_REFERENCES
+                    if all(ref in r[metric] for r in per_case)
+                }
+                for metric in ("decode_tps", "ttft")
+            }
     report = dict(**_header(model), max_tokens=max_tokens, repeats=repeats, cases=out, summary=summary)
     if speculative is not None:
         report["speculative"] = speculative if isinstance(speculative, str) else f"draft model {speculative.name}"
@@ -305,8 +381,20 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-GUIDED_HEADER = ["variant", "decode tok/s", "x base", "x ours", "TTFT s", "TTFT x base", "compile ms", "tokens / passes",
-                 "jumped", "mask ms/pass", "valid", "notes"]
+GUIDED_HEADER = [
+    "variant",
+    "decode tok/s",
+    "x base",
+    "x ours",
+    "TTFT s",
+    "TTFT x base",
+    "compile ms",
+    "tokens / passes",
+    "jumped",
+    "mask ms/pass",
+    "valid",
+    "notes",
+]
 
 
 def ratio_base(name: str) -> str:
@@ -324,16 +412,41 @@ def guided_rows(case: dict) -> list[list[str]]:
     for name, m in case["median"].items():
         r = case["ratios"][name]
         base = ratio_base(name)
-        rows.append([name, f"{m['decode_tps']:.2f}", num(r["decode_tps"].get(base), ".3f"),
-                     num(r["decode_tps"].get("jump_forward"), ".3f"), f"{m['ttft']:.3f}", num(r["ttft"].get(base), ".3f"),
-                     num(m.get("compile_ms"), ".1f"), f"{m['tokens']:g} / {m['forward_passes']:g}",
-                     num(m.get("tokens_jumped"), "g"), num(m.get("mask_ms_per_pass"), ".3f"), str(m.get("valid", "-")),
-                     "" if m["finish"] == "stop" else f"finish {m['finish']}"])
+        rows.append(
+            [
+                name,
+                f"{m['decode_tps']:.2f}",
+                num(r["decode_tps"].get(base), ".3f"),
+                num(r["decode_tps"].get("jump_forward"), ".3f"),
+                f"{m['ttft']:.3f}",
+                num(r["ttft"].get(base), ".3f"),
+                num(m.get("compile_ms"), ".1f"),
+                f"{m['tokens']:g} / {m['forward_passes']:g}",
+                num(m.get("tokens_jumped"), "g"),
+                num(m.get("mask_ms_per_pass"), ".3f"),
+                str(m.get("valid", "-")),
+                "" if m["finish"] == "stop" else f"finish {m['finish']}",
+            ]
+        )
     return rows + [[name] + ["-"] * 10 + [error] for name, error in case["errors"].items()]
 
 
-SPECULATIVE_HEADER = ["variant", "decode tok/s", "x guided", "x unconstrained", "x mlx-lm", "tokens / passes",
-                      "tokens/pass", "jumped", "drafted", "accepted", "acceptance", "valid", "identical", "notes"]
+SPECULATIVE_HEADER = [
+    "variant",
+    "decode tok/s",
+    "x guided",
+    "x unconstrained",
+    "x mlx-lm",
+    "tokens / passes",
+    "tokens/pass",
+    "jumped",
+    "drafted",
+    "accepted",
+    "acceptance",
+    "valid",
+    "identical",
+    "notes",
+]
 
 
 def speculative_rows(case: dict) -> list[list[str]]:
@@ -346,21 +459,36 @@ def speculative_rows(case: dict) -> list[list[str]]:
     for name, m in case["median"].items():
         r = case["ratios"][name]["decode_tps"]
         spec = name in SPECULATIVE_PAIRS
-        rows.append([name, f"{m['decode_tps']:.2f}", num(r.get("jump_forward"), ".2f"), num(r.get("unconstrained"), ".2f"),
-                     num(r.get("mlx_lm"), ".2f"), f"{m['tokens']:g} / {m['forward_passes']:g}",
-                     f"{m['tokens'] / max(1, m['forward_passes']):.2f}", num(m.get("tokens_jumped"), "g"),
-                     num(m.get("drafted_tokens") if spec else None, "g"), num(m.get("accepted_tokens") if spec else None, "g"),
-                     num(m.get("acceptance") if spec else None, ".0%"), str(m.get("valid", "-")),
-                     {True: "yes", False: "NO: MISMATCH"}.get(case.get("identical", {}).get(name), "-"),
-                     "" if m["finish"] == "stop" else f"finish {m['finish']}"])
+        rows.append(
+            [
+                name,
+                f"{m['decode_tps']:.2f}",
+                num(r.get("jump_forward"), ".2f"),
+                num(r.get("unconstrained"), ".2f"),
+                num(r.get("mlx_lm"), ".2f"),
+                f"{m['tokens']:g} / {m['forward_passes']:g}",
+                f"{m['tokens'] / max(1, m['forward_passes']):.2f}",
+                num(m.get("tokens_jumped"), "g"),
+                num(m.get("drafted_tokens") if spec else None, "g"),
+                num(m.get("accepted_tokens") if spec else None, "g"),
+                num(m.get("acceptance") if spec else None, ".0%"),
+                str(m.get("valid", "-")),
+                {True: "yes", False: "NO: MISMATCH"}.get(case.get("identical", {}).get(name), "-"),
+                "" if m["finish"] == "stop" else f"finish {m['finish']}",
+            ]
+        )
     return rows + [[name] + ["-"] * 12 + [error] for name, error in case["errors"].items()]
 
 
 def mismatches(report: dict) -> list[str]:
     """'case prompt: variant' for every speculative variant whose greedy output differed from its
     non-speculative partner's (must be empty)."""
-    return [f"{c['prompt'][:60]!r}: {name}" for c in report["cases"] for name, same in c.get("identical", {}).items()
-            if not same]
+    return [
+        f"{c['prompt'][:60]!r}: {name}"
+        for c in report["cases"]
+        for name, same in c.get("identical", {}).items()
+        if not same
+    ]
 
 
 def format_guided_table(report: dict) -> str:
@@ -368,23 +496,41 @@ def format_guided_table(report: dict) -> str:
     for a speculative report, which ends with a loud line per output mismatch)."""
     spec = "speculative" in report
     header, rows_of = (SPECULATIVE_HEADER, speculative_rows) if spec else (GUIDED_HEADER, guided_rows)
-    lines = [f"{report['model']} ({report['dtype']}), greedy, median of {report['repeats']} (variants interleaved); "
-             f"{report['machine']['device']}, BLAS: {report['machine']['blas']}"
-             + (f"; speculative: {report['speculative']}; decode tok/s excludes TTFT" if spec
-                else "; TTFT includes a cold grammar compile")]
+    lines = [
+        f"{report['model']} ({report['dtype']}), greedy, median of {report['repeats']} (variants interleaved); "
+        f"{report['machine']['device']}, BLAS: {report['machine']['blas']}"
+        + (
+            f"; speculative: {report['speculative']}; decode tok/s excludes TTFT"
+            if spec
+            else "; TTFT includes a cold grammar compile"
+        )
+    ]
     for case in report["cases"]:
         rows = [header] + rows_of(case)
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        lines += ["", f"{case['prompt'][:80]!r} ({case['prompt_tokens']} prompt tokens, max {case['max_tokens']} tokens"
-                      f"{'' if case['schema'] is not None else ', no schema'})"]
-        lines += ["  ".join(c.ljust(w) if i in (0, len(r) - 1) else c.rjust(w)
-                            for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+        lines += [
+            "",
+            f"{case['prompt'][:80]!r} ({case['prompt_tokens']} prompt tokens, max {case['max_tokens']} tokens"
+            f"{'' if case['schema'] is not None else ', no schema'})",
+        ]
+        lines += [
+            "  ".join(
+                c.ljust(w) if i in (0, len(r) - 1) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+            ).rstrip()
+            for r in rows
+        ]
     if spec:
-        lines += ["", "x guided: ratio to ours constrained with jump-forward, no speculation; x unconstrained: to ours "
-                  "unconstrained, no speculation; x mlx-lm: to mlx-lm's stream_generate unconstrained; identical: the "
-                  "greedy tokens equal the non-speculative variant's in every run"]
+        lines += [
+            "",
+            "x guided: ratio to ours constrained with jump-forward, no speculation; x unconstrained: to ours "
+            "unconstrained, no speculation; x mlx-lm: to mlx-lm's stream_generate unconstrained; identical: the "
+            "greedy tokens equal the non-speculative variant's in every run",
+        ]
         lines += [f"MISMATCH: speculative output differs from the non-speculative one: {m}" for m in mismatches(report)]
     else:
-        lines += ["", "x base: ratio to the same engine unconstrained (ours, or mlx-lm for the variants driving mlx-lm); "
-                  "x ours: ratio to ours constrained with jump-forward"]
+        lines += [
+            "",
+            "x base: ratio to the same engine unconstrained (ours, or mlx-lm for the variants driving mlx-lm); "
+            "x ours: ratio to ours constrained with jump-forward",
+        ]
     return "\n".join(lines)

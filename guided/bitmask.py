@@ -39,8 +39,10 @@ def apply_token_bitmask(logits: mx.array, bitmask: mx.array) -> mx.array:
     if bitmask.ndim == 1:
         bitmask = bitmask[None]
     if bitmask.shape[-1] != (logits.shape[-1] + 31) // 32 or bitmask.shape[0] != logits.shape[0]:
-        raise ValueError(f"bitmask {tuple(bitmask.shape)} does not fit logits {tuple(logits.shape)}: "
-                         f"need [batch, ceil(V / 32)] int32")
+        raise ValueError(
+            f"bitmask {tuple(bitmask.shape)} does not fit logits {tuple(logits.shape)}: "
+            f"need [batch, ceil(V / 32)] int32"
+        )
     out = _apply(logits, bitmask)
     return out[0] if squeeze else out
 

@@ -65,6 +65,7 @@ def _keyword_paths(schema, keyword: str, value=None) -> list[tuple]:
     """Paths (to the keyword itself) of every subschema having `keyword` (with `value`, if given).
     If the applicator walk finds none (a keyword under a non-standard key), any object in the
     document having it."""
+
     def has(node):
         return isinstance(node, dict) and keyword in node and (value is None or node[keyword] == value)
 
@@ -120,8 +121,9 @@ def locate(schema, message: str) -> list[tuple[str, str]]:
     elif any(w in message for w in ("Resource", "Pointer", "$ref", "references")):
         refs = [(p, _get(schema, p)) for p in _keyword_paths(schema, "$ref")]
         # the message names the resolved URI; a relative ref is a suffix of it, a remote one is not local
-        found += [("$ref", p) for p, ref in refs if str(ref) in message] or \
-                 [("$ref", p) for p, ref in refs if not str(ref).startswith("#")][:1]
+        found += [("$ref", p) for p, ref in refs if str(ref) in message] or [
+            ("$ref", p) for p, ref in refs if not str(ref).startswith("#")
+        ][:1]
     return [(kw, pointer(p)) for kw, p in found] or [("", "")]
 
 
@@ -181,7 +183,7 @@ def _self_reference(schema) -> str:
     for path in _keyword_paths(schema, "$ref"):
         seen: set[tuple] = set()
         while (target := _ref_target(_get_or_none(schema, path))) is not None:
-            if path[:len(target)] == target or target in seen:  # inside its own target, or a cycle
+            if path[: len(target)] == target or target in seen:  # inside its own target, or a cycle
                 return pointer(target + ("$ref",) if target in seen else path)
             seen.add(target)
             node = _get_or_none(schema, target)
@@ -207,22 +209,32 @@ def _refusal(spec: GrammarSpec, message: str) -> GrammarError | None:
         return SchemaError(text) if is_json else GrammarError(text)
     if "NoExtension" in message:
         if not is_json:
-            return GrammarError(f"the {spec.kind} grammar can produce no finite text "
-                                "(a rule that only refers to itself?)")
+            return GrammarError(
+                f"the {spec.kind} grammar can produce no finite text (a rule that only refers to itself?)"
+            )
         where = _self_reference(spec.schema)
         detail = f" through the $ref at {where}" if where else ""
-        return SchemaError(f"no finite JSON value satisfies the schema: it refers to itself{detail} "
-                           "without ever reaching a value", where)
+        return SchemaError(
+            f"no finite JSON value satisfies the schema: it refers to itself{detail} without ever reaching a value",
+            where,
+        )
     if is_json and (m := re.search(r"Pointer '([^']*)' does not exist", message)):
-        refs = [p for p in _keyword_paths(spec.schema, "$ref") if _ref_target(_get_or_none(spec.schema, p)) ==
-                _ref_target("#" + m.group(1))]
+        refs = [
+            p
+            for p in _keyword_paths(spec.schema, "$ref")
+            if _ref_target(_get_or_none(spec.schema, p)) == _ref_target("#" + m.group(1))
+        ]
         where = pointer(refs[0]) if refs else ""
-        return SchemaError(f"a $ref{' at ' + where if where else ''} points to {m.group(1)!r}, which does not "
-                           "exist in the schema", where)
+        return SchemaError(
+            f"a $ref{' at ' + where if where else ''} points to {m.group(1)!r}, which does not exist in the schema",
+            where,
+        )
     return None
 
 
-def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None = None) -> CompiledGrammar:
+def compile_grammar(
+    spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None = None
+) -> CompiledGrammar:
     """Compile `spec` for `tokenizer` (milliseconds for typical schemas; bounded by `limits`).
 
     Raises UnsupportedSchemaFeature (JSON kinds, not lenient): a keyword the engine cannot enforce,
@@ -248,12 +260,18 @@ def compile_grammar(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParse
         if not is_json:
             raise GrammarError(f"cannot compile the {spec.kind} grammar: {message}")
         if "Unsatisfiable" in message:
-            closed = spec.options.get("strict") and isinstance(spec.schema, dict) and close_objects(spec.schema) != spec.schema
+            closed = (
+                spec.options.get("strict")
+                and isinstance(spec.schema, dict)
+                and close_objects(spec.schema) != spec.schema
+            )
             hint = " under strict mode (strict=False allows undeclared properties)" if closed else ""
             raise SchemaError(f"no JSON value satisfies the schema{hint}: {message}")
         keyword, where = locate(spec.schema, message)[0]
         where_text = f" at {where or '/'}" if keyword else ""
-        raise UnsupportedSchemaFeature(f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where)
+        raise UnsupportedSchemaFeature(
+            f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where
+        )
     # The lexer is built lazily: the first mask is where most limits (lexer states, fuel, Earley
     # items) are hit. Computing it here turns that into a compile error, and every matcher copied
     # from the template starts with the work done.

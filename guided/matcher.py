@@ -15,6 +15,7 @@ from llguidance import LLMatcher
 if TYPE_CHECKING:
     from guided.tokenizer_info import TokenizerInfo
 
+
 class GrammarMatcher:
     """The grammar state of one generation. Not thread-safe; make one per generation.
 
@@ -76,8 +77,15 @@ class GrammarMatcher:
 
         Raises ValueError for a wrong dtype, shape or layout.
         """
-        if bitmask.dtype != np.int32 or bitmask.ndim != 2 or bitmask.shape[1] != self.words or not bitmask.flags.c_contiguous:
-            raise ValueError(f"bitmask must be C-contiguous int32 [batch, {self.words}], got {bitmask.dtype} {bitmask.shape}")
+        if (
+            bitmask.dtype != np.int32
+            or bitmask.ndim != 2
+            or bitmask.shape[1] != self.words
+            or not bitmask.flags.c_contiguous
+        ):
+            raise ValueError(
+                f"bitmask must be C-contiguous int32 [batch, {self.words}], got {bitmask.dtype} {bitmask.shape}"
+            )
         self.fill_bitmask_at(bitmask.ctypes.data + row * self.words * 4, self.words * 4)
 
     def is_accepting(self) -> bool:

@@ -79,14 +79,37 @@ class ConstrainedSession:
     Raises SchemaError (pointer), UnsupportedSchemaFeature (keyword, pointer), GrammarError, ValueError.
     """
 
-    def __init__(self, model, *, schema=None, json_object: bool = False, regex: str | None = None, choices=None,
-                 grammar: str | None = None, any_whitespace: bool = False, strict: bool = True,
-                 lenient: bool = False, jump_forward: bool = True, speculative=None, max_draft: int = 8,
-                 check: Callable[[str], list[str]] | None = None, max_reasoning_tokens: int = 1024,
-                 reasoning_markers: tuple[str, str] | None = None, cache: GrammarCache | None = None):
+    def __init__(
+        self,
+        model,
+        *,
+        schema=None,
+        json_object: bool = False,
+        regex: str | None = None,
+        choices=None,
+        grammar: str | None = None,
+        any_whitespace: bool = False,
+        strict: bool = True,
+        lenient: bool = False,
+        jump_forward: bool = True,
+        speculative=None,
+        max_draft: int = 8,
+        check: Callable[[str], list[str]] | None = None,
+        max_reasoning_tokens: int = 1024,
+        reasoning_markers: tuple[str, str] | None = None,
+        cache: GrammarCache | None = None,
+    ):
         self.model = model
-        self.spec = make_spec(schema=schema, json_object=json_object, regex=regex, choices=choices, grammar=grammar,
-                              any_whitespace=any_whitespace, strict=strict, lenient=lenient)
+        self.spec = make_spec(
+            schema=schema,
+            json_object=json_object,
+            regex=regex,
+            choices=choices,
+            grammar=grammar,
+            any_whitespace=any_whitespace,
+            strict=strict,
+            lenient=lenient,
+        )
         self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
         self.compiled = (cache or default_cache).get(self.spec, self.tokenizer_info)
         self.jump_forward = jump_forward
@@ -115,16 +138,24 @@ class ConstrainedSession:
 
     # -- generation ---------------------------------------------------------------------------------
 
-    def strategy(self, sampling: SamplingParams | None = None, logprobs: bool = False,
-                 thinking: bool = True) -> ConstrainedDecodingStrategy:
+    def strategy(
+        self, sampling: SamplingParams | None = None, logprobs: bool = False, thinking: bool = True
+    ) -> ConstrainedDecodingStrategy:
         """A fresh `ConstrainedDecodingStrategy` for one generation, sharing this session's bitmask;
         `thinking=False` keeps a thinking model from opening a reasoning block."""
-        return ConstrainedDecodingStrategy(self.compiled, sampling, bitmask=self.bitmask, jump_forward=self.jump_forward,
-                                           want_logprobs=logprobs, max_draft=self.max_draft,
-                                           reasoning=self.reasoning if thinking else None)
+        return ConstrainedDecodingStrategy(
+            self.compiled,
+            sampling,
+            bitmask=self.bitmask,
+            jump_forward=self.jump_forward,
+            want_logprobs=logprobs,
+            max_draft=self.max_draft,
+            reasoning=self.reasoning if thinking else None,
+        )
 
-    def stream(self, prompt, *, max_tokens: int = 256, sampling: SamplingParams | None = None,
-               **kwargs) -> Iterator[Delta]:
+    def stream(
+        self, prompt, *, max_tokens: int = 256, sampling: SamplingParams | None = None, **kwargs
+    ) -> Iterator[Delta]:
         """Stream `runtime.Delta`s; the last one has `finish_reason` and a `GuidedResult` in `.result`.
 
         prompt: text, chat messages or token ids (as `Model.stream`). Sampling is `sampling`, or
@@ -160,7 +191,9 @@ class ConstrainedSession:
         complete = result.finish_reason == "stop" and strategy.complete
         reasoning = None
         if strategy.stats.reasoning_tokens or strategy.prompt_state == "open":
-            reasoning, answer = split_reasoning(result.text, self.reasoning_markers, opened=strategy.prompt_state == "open")
+            reasoning, answer = split_reasoning(
+                result.text, self.reasoning_markers, opened=strategy.prompt_state == "open"
+            )
             reasoning = reasoning.strip() if reasoning is not None else None
             result = GenerationResult(**dict(vars(result), text=answer))
         errors: list[str] = []
@@ -179,9 +212,17 @@ class ConstrainedSession:
         fields = vars(result)
         if result.finish_reason == "stop" and errors:
             fields = dict(fields, finish_reason="error", error="; ".join(errors))
-        return GuidedResult(**fields, value=value, complete=complete, valid=complete and not errors,
-                            errors=errors, stats=strategy.stats, not_enforced=self.compiled.not_enforced,
-                            compile_seconds=self.compiled.compile_seconds, reasoning=reasoning)
+        return GuidedResult(
+            **fields,
+            value=value,
+            complete=complete,
+            valid=complete and not errors,
+            errors=errors,
+            stats=strategy.stats,
+            not_enforced=self.compiled.not_enforced,
+            compile_seconds=self.compiled.compile_seconds,
+            reasoning=reasoning,
+        )
 
     # -- low-level calls, for a decoding loop of one's own ------------------------------------------
 

@@ -40,8 +40,19 @@ JSON_KINDS = ("json_schema", "json_object")
 
 # Keywords whose value is one subschema / a list of subschemas / a map of name -> subschema (draft 7 and
 # 2020-12 applicators). Used to walk a schema: strict mode and error pointers.
-SUBSCHEMA = ("additionalProperties", "items", "additionalItems", "contains", "not", "if", "then", "else",
-             "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+SUBSCHEMA = (
+    "additionalProperties",
+    "items",
+    "additionalItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
 SUBSCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")  # "items" as a list: draft 4-7 tuples
 SUBSCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 
@@ -105,8 +116,11 @@ def check_depth(schema) -> None:
             continue
         if len(path) >= MAX_SCHEMA_DEPTH:
             where = pointer(path)
-            raise SchemaError(f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels of JSON objects and arrays "
-                              f"(at {where}); the engine's limit is {MAX_SCHEMA_DEPTH}", where)
+            raise SchemaError(
+                f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels of JSON objects and arrays "
+                f"(at {where}); the engine's limit is {MAX_SCHEMA_DEPTH}",
+                where,
+            )
         items = node.items() if isinstance(node, dict) else enumerate(node)
         stack += [(value, path + (key,)) for key, value in items]
 
@@ -136,12 +150,19 @@ def load_schema(schema) -> Any:
             return json.loads(schema)
         except json.JSONDecodeError as exc:
             raise SchemaError(f"the schema is not valid JSON: {exc}") from None
-    raise SchemaError(f"a schema must be a dict, JSON text, a file path or a pydantic model class, not {type(schema).__name__}")
+    raise SchemaError(
+        f"a schema must be a dict, JSON text, a file path or a pydantic model class, not {type(schema).__name__}"
+    )
 
 
-_BUNDLED_METASCHEMAS = {"", "http://json-schema.org/draft-04/schema", "http://json-schema.org/draft-06/schema",
-                        "http://json-schema.org/draft-07/schema", "https://json-schema.org/draft/2019-09/schema",
-                        "https://json-schema.org/draft/2020-12/schema"}
+_BUNDLED_METASCHEMAS = {
+    "",
+    "http://json-schema.org/draft-04/schema",
+    "http://json-schema.org/draft-06/schema",
+    "http://json-schema.org/draft-07/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "https://json-schema.org/draft/2020-12/schema",
+}
 
 
 def check_metaschema(schema) -> None:
@@ -241,8 +262,18 @@ def close_objects(schema):
             continue
         if id(sub) in exclusive:
             continue
-        if any(k in sub for k in ("allOf", "anyOf", "oneOf", "$ref", "additionalProperties", "patternProperties",
-                                  "unevaluatedProperties")):
+        if any(
+            k in sub
+            for k in (
+                "allOf",
+                "anyOf",
+                "oneOf",
+                "$ref",
+                "additionalProperties",
+                "patternProperties",
+                "unevaluatedProperties",
+            )
+        ):
             continue
         required = sub.get("required")
         if isinstance(required, list) and set(required) - set(sub["properties"]):
@@ -258,10 +289,15 @@ def close_objects(schema):
 # if they decode, which no regex checks, so they are never generated.
 _YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # 0001-9999
 _LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-_DATE = (f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
-         f"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP_YEAR}-02-29)")
+_DATE = (
+    f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    f"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP_YEAR}-02-29)"
+)
 _TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-_LABEL = "(?:[A-Za-z0-9](?:[A-Za-z0-9]|[A-Za-z0-9-]{2}[A-Za-z0-9]|[A-Za-z0-9-](?:[A-Za-z0-9][A-Za-z0-9-]|-[A-Za-z0-9])[A-Za-z0-9-]{0,58}[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9])?)"
+_LABEL = (
+    "(?:[A-Za-z0-9](?:[A-Za-z0-9]|[A-Za-z0-9-]{2}[A-Za-z0-9]"
+    "|[A-Za-z0-9-](?:[A-Za-z0-9][A-Za-z0-9-]|-[A-Za-z0-9])[A-Za-z0-9-]{0,58}[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9])?)"
+)
 EXACT_FORMATS = {
     "date": {"pattern": f"^{_DATE}$"},
     "time": {"pattern": f"^{_TIME}$"},
@@ -346,9 +382,17 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
 
 
-def make_spec(*, schema=None, json_object: bool = False, regex: str | None = None, choices=None,
-              grammar: str | None = None, any_whitespace: bool = False, strict: bool = True,
-              lenient: bool = False) -> GrammarSpec:
+def make_spec(
+    *,
+    schema=None,
+    json_object: bool = False,
+    regex: str | None = None,
+    choices=None,
+    grammar: str | None = None,
+    any_whitespace: bool = False,
+    strict: bool = True,
+    lenient: bool = False,
+) -> GrammarSpec:
     """Build the `GrammarSpec` for exactly one of `schema`, `json_object`, `regex`, `choices`, `grammar`.
 
     schema: dict / bool / JSON text / file path / pydantic model class (see `load_schema`).
@@ -360,8 +404,17 @@ def make_spec(*, schema=None, json_object: bool = False, regex: str | None = Non
     GrammarError for empty choices or an unconvertible GBNF grammar. Regex and Lark syntax errors,
     unsupported keywords and limits are raised when compiling (`guided.compiler.compile_grammar`).
     """
-    given = [n for n, v in (("schema", schema), ("json_object", json_object or None), ("regex", regex),
-                            ("choices", choices), ("grammar", grammar)) if v is not None]
+    given = [
+        n
+        for n, v in (
+            ("schema", schema),
+            ("json_object", json_object or None),
+            ("regex", regex),
+            ("choices", choices),
+            ("grammar", grammar),
+        )
+        if v is not None
+    ]
     if len(given) != 1:
         raise ValueError(f"give exactly one of schema, json_object, regex, choices, grammar (got {given or 'none'})")
     options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}

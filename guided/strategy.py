@@ -98,9 +98,16 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
     Raises ValueError when the bitmask's width is not the grammar's.
     """
 
-    def __init__(self, compiled: CompiledGrammar, params: SamplingParams | None = None,
-                 bitmask: TokenBitmask | None = None, jump_forward: bool = True, want_logprobs: bool = False,
-                 max_draft: int = 8, reasoning: Reasoning | None = None):
+    def __init__(
+        self,
+        compiled: CompiledGrammar,
+        params: SamplingParams | None = None,
+        bitmask: TokenBitmask | None = None,
+        jump_forward: bool = True,
+        want_logprobs: bool = False,
+        max_draft: int = 8,
+        reasoning: Reasoning | None = None,
+    ):
         vocab_size = compiled.tokenizer.vocab_size
         bitmask = bitmask or TokenBitmask(vocab_size, batch=max_draft + 1)
         if bitmask.vocab_size != vocab_size:
@@ -117,8 +124,9 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         self.prompt_state = "none"  # the prompt's reasoning state (`ReasoningTokens.prompt_state`)
         if reasoning is not None:
             t = reasoning.tokens
-            self._free = _FreeMask(vocab_size, set(compiled.tokenizer.eos_ids) | compiled.tokenizer.padding_ids
-                                   | {t.start[0]})
+            self._free = _FreeMask(
+                vocab_size, set(compiled.tokenizer.eos_ids) | compiled.tokenizer.padding_ids | {t.start[0]}
+            )
 
     def begin(self, prompt_ids: list[int], drafter=None) -> None:
         super().begin(prompt_ids, drafter)

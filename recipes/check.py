@@ -75,7 +75,9 @@ def load_for_eval(folder: str | Path, tokenizer: bool = True):
     model, config = load_model(Path(folder))
     if mx.default_device() == mx.cpu:
         model = dequantize_model(model)
-        model.update(tree_map(lambda p: p.astype(mx.float32) if p.dtype in (mx.float16, mx.bfloat16) else p, model.parameters()))
+        model.update(
+            tree_map(lambda p: p.astype(mx.float32) if p.dtype in (mx.float16, mx.bfloat16) else p, model.parameters())
+        )
     if not tokenizer:
         return model, None
     return model, load_tokenizer(Path(folder), eos_token_ids=config.get("eos_token_id"))
@@ -140,7 +142,9 @@ def verify(
     if prompt is None:
         prompt = CHAT_PROMPT if chat else PLAIN_PROMPT
     if chat:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
         prompt_ids = tokenizer.encode(text, add_special_tokens=False)
     else:
         prompt_ids = tokenizer.encode(prompt)

@@ -46,10 +46,14 @@ class ExportReport:
     def summary(self) -> str:
         """The one-line summary printed at the end of an export."""
         if self.dry_run:
-            return f"dry run: {self.recipe} -> {self.out_dir}: {self.parameters / 1e6:.1f}M parameters, {self.dtype}, quantize {self.quantization}; nothing written"
+            return (
+                f"dry run: {self.recipe} -> {self.out_dir}: {self.parameters / 1e6:.1f}M "
+                f"parameters, {self.dtype}, quantize {self.quantization}; nothing written"
+            )
         line = (
             f"exported {self.recipe} -> {self.out_dir}: {self.parameters / 1e6:.1f}M parameters, "
-            f"{self.bytes_written / 1e6:.1f} MB written, {self.dtype}, quantize {self.quantization}, {self.seconds:.1f} s"
+            f"{self.bytes_written / 1e6:.1f} MB written, {self.dtype}, "
+            f"quantize {self.quantization}, {self.seconds:.1f} s"
         )
         if self.verify is not None:
             line += f"; verify: {self.verify.summary()}"
@@ -213,7 +217,9 @@ def export(
         out_config = quantize_model(model, out_config, plan, ckpt.recipe.quantizable, EMBEDDINGS)
     label = quantize if plan.bits else "none"
     if dry_run:
-        report = ExportReport(out_dir, ckpt.recipe.name, dtype, label, parameters, 0, time.perf_counter() - start, dry_run=True)
+        report = ExportReport(
+            out_dir, ckpt.recipe.name, dtype, label, parameters, 0, time.perf_counter() - start, dry_run=True
+        )
         if progress:
             print(report.summary())
         return report
@@ -241,8 +247,15 @@ def export(
             "recipe": ckpt.recipe.name,
             "model_type": ckpt.config["model_type"],
             "dtype": dtype,
-            "quantization": {"preset": label, "group_size": plan.group_size, "bits": plan.bits, "rules": plan.rules,
-                             "keep_embedding": plan.keep_embedding} if plan.bits else None,
+            "quantization": {
+                "preset": label,
+                "group_size": plan.group_size,
+                "bits": plan.bits,
+                "rules": plan.rules,
+                "keep_embedding": plan.keep_embedding,
+            }
+            if plan.bits
+            else None,
             "parameters": parameters,
             "versions": _versions(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -255,14 +268,24 @@ def export(
 
             verify_report = run_verify(tmp, **(verify if isinstance(verify, dict) else {}))
             if not verify_report.passed:  # named after the destination, not the temporary folder
-                raise ExportError(f"{out_dir}: verification failed, nothing written: {'; '.join(verify_report.failures)}")
+                raise ExportError(
+                    f"{out_dir}: verification failed, nothing written: {'; '.join(verify_report.failures)}"
+                )
         bytes_written = sum(f.stat().st_size for f in tmp.iterdir())
         _replace(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    report = ExportReport(out_dir, ckpt.recipe.name, dtype, label, parameters, bytes_written,
-                          time.perf_counter() - start, verify=verify_report)
+    report = ExportReport(
+        out_dir,
+        ckpt.recipe.name,
+        dtype,
+        label,
+        parameters,
+        bytes_written,
+        time.perf_counter() - start,
+        verify=verify_report,
+    )
     if progress:
         print(report.summary(), flush=True)
     return report
@@ -280,12 +303,16 @@ def _load_model(ckpt, names, dtype, np_dtype, prefetch, dry_run, progress):
         model_class, args_class = _get_classes(ckpt.config)
         model = model_class(args_class.from_dict(ckpt.config))
     except (ValueError, TypeError, KeyError) as exc:
-        raise ExportError(f"{ckpt.path}: config does not fit mlx-lm's {ckpt.config.get('model_type')} model ({exc})") from None
+        raise ExportError(
+            f"{ckpt.path}: config does not fit mlx-lm's {ckpt.config.get('model_type')} model ({exc})"
+        ) from None
     target = getattr(mx, dtype)
     if dry_run:
         return model, {n: mx.zeros(ckpt.shapes[n], dtype=target) for n in names}
     weights = {}
-    for name in tqdm(names, desc="dequantize" if ckpt.kind == "gguf" else "convert", unit="tensor", disable=not progress):
+    for name in tqdm(
+        names, desc="dequantize" if ckpt.kind == "gguf" else "convert", unit="tensor", disable=not progress
+    ):
         w = mx.array(prefetch.get(name) if prefetch else ckpt.load(name, np_dtype))
         # Float weights take the export dtype; evaluating now frees the source copy.
         if mx.issubdtype(w.dtype, mx.floating):

@@ -105,8 +105,24 @@ RECIPES: dict[str, Recipe] = {
     for r in (
         Recipe("qwen2", "qwen2", ("qwen2",), ("qwen2",), LLAMA_BLOCK, "Qwen2 / Qwen2.5 (QKV biases)"),
         Recipe("qwen3", "qwen3", ("qwen3",), ("qwen3",), LLAMA_BLOCK, "Qwen3 dense (Q/K norms)"),
-        Recipe("llama", "llama", ("llama",), ("llama",), LLAMA_BLOCK, "Llama 3.x (GGUF Q/K permutation undone)", permute_qk=True),
-        Recipe("mistral", "mistral", ("mistral",), ("mistral",), LLAMA_BLOCK, "Mistral 7B-style (llama layout, Q/K permutation undone)", permute_qk=True),
+        Recipe(
+            "llama",
+            "llama",
+            ("llama",),
+            ("llama",),
+            LLAMA_BLOCK,
+            "Llama 3.x (GGUF Q/K permutation undone)",
+            permute_qk=True,
+        ),
+        Recipe(
+            "mistral",
+            "mistral",
+            ("mistral",),
+            ("mistral",),
+            LLAMA_BLOCK,
+            "Mistral 7B-style (llama layout, Q/K permutation undone)",
+            permute_qk=True,
+        ),
         Recipe(
             "gemma3",
             "gemma3_text",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 # `_type_traits` maps each type to its dequantizer class (gguf 0.19); `dequantize()` wraps it 16 rows at a time.
 from gguf.quants import _type_traits
 
@@ -101,7 +102,8 @@ class GGUFFile:
             start = data_start + offset
             if start + nbytes > len(blob):
                 raise SourceError(
-                    f"{self.path}: truncated: tensor {name} ends at byte {start + nbytes:,} but the file has {len(blob):,}"
+                    f"{self.path}: truncated: tensor {name} ends at byte "
+                    f"{start + nbytes:,} but the file has {len(blob):,}"
                 )
             self.tensors[name] = TensorInfo(name, shape, qtype, start, nbytes)
 
@@ -162,5 +164,7 @@ class GGUFFile:
             for i in range(0, rows.shape[0], step):
                 out[i : i + step] = traits.dequantize_rows(rows[i : i + step])
         except NotImplementedError:
-            raise SourceError(f"{self.path}: tensor {name} has type {info.qtype.name}, which cannot be dequantized") from None
+            raise SourceError(
+                f"{self.path}: tensor {name} has type {info.qtype.name}, which cannot be dequantized"
+            ) from None
         return out.reshape(info.shape)

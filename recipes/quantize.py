@@ -82,7 +82,9 @@ def load_plan(quantize: str, group_size: int, config: str | Path | None, keep_em
         plan.keep_embedding = bool(data.get("keep_embedding", plan.keep_embedding))
         plan.rules = [(str(r["pattern"]), int(r["bits"] or 0)) for r in data.get("rules", [])]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ExportError(f"{config}: invalid quantization config ({exc!r}); expected bits, group_size, rules[pattern, bits]") from None
+        raise ExportError(
+            f"{config}: invalid quantization config ({exc!r}); expected bits, group_size, rules[pattern, bits]"
+        ) from None
     bad = sorted(({b for _, b in plan.rules} | {plan.bits}) - set(VALID_BITS))
     if bad:
         raise ExportError(f"{config}: unsupported bits {bad}; choose from {VALID_BITS}")
@@ -108,13 +110,17 @@ def _read(path: Path) -> dict:
 
             data = yaml.safe_load(text)
     except Exception as exc:  # each parser has its own error type; all mean "not valid"
-        raise ExportError(f"{path}: cannot parse quantization config ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+        raise ExportError(
+            f"{path}: cannot parse quantization config ({type(exc).__name__}: {exc})".splitlines()[0]
+        ) from None
     if not isinstance(data, dict):
         raise ExportError(f"{path}: quantization config must be a mapping")
     return data
 
 
-def quantize_model(model, config: dict, plan: QuantPlan, quantizable: tuple[str, ...], embeddings: tuple[str, ...]) -> dict:
+def quantize_model(
+    model, config: dict, plan: QuantPlan, quantizable: tuple[str, ...], embeddings: tuple[str, ...]
+) -> dict:
     """Quantize `model` in place (lazily) with mlx-lm's `quantize_model` and return the config
     with the `quantization` entry mlx-lm's loader expects (per-module entries where bits differ)."""
     from mlx_lm.utils import quantize_model as mlx_quantize

@@ -127,7 +127,10 @@ def _gguf_config(gguf, recipe: Recipe) -> dict:
             config["original_max_position_embeddings"] = int(md[f"{arch}.rope.scaling.original_context_length"])
     else:
         if rope_dims and rope_dims != config["head_dim"]:
-            raise ExportError(f"{gguf.path}: partial rotary embeddings ({rope_dims} of {config['head_dim']}) are not supported for {recipe.name}")
+            raise ExportError(
+                f"{gguf.path}: partial rotary embeddings ({rope_dims} of "
+                f"{config['head_dim']}) are not supported for {recipe.name}"
+            )
         if recipe.name in ("llama", "mistral"):
             config["attention_bias"] = "blk.0.attn_q.bias" in gguf.tensors
             config["mlp_bias"] = "blk.0.ffn_up.bias" in gguf.tensors
@@ -151,7 +154,9 @@ def _llama3_rope(gguf, config: dict) -> dict:
         wavelen = 2 * np.pi / freqs
         smooth = (original / wavelen - low) / (high - low)
         divisors = np.where(
-            wavelen < original / high, 1.0, np.where(wavelen > original / low, factor, 1 / ((1 - smooth) / factor + smooth))
+            wavelen < original / high,
+            1.0,
+            np.where(wavelen > original / low, factor, 1 / ((1 - smooth) / factor + smooth)),
         )
         if divisors.shape == stored.shape and np.allclose(divisors, stored, rtol=1e-4):
             return {
@@ -211,7 +216,11 @@ def _write_gguf_tokenizer(gguf, folder: Path) -> list[int]:
     from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer
 
     md = gguf.metadata
-    spec = {name: _py(md[f"tokenizer.{key}"]) for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items() if f"tokenizer.{key}" in md}
+    spec = {
+        name: _py(md[f"tokenizer.{key}"])
+        for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
+        if f"tokenizer.{key}" in md
+    }
     if "tokens" not in spec:
         raise SourceError(f"{gguf.path}: GGUF has no tokenizer (tokenizer.ggml.tokens missing)")
     try:
@@ -230,7 +239,11 @@ def _write_gguf_tokenizer(gguf, folder: Path) -> list[int]:
         idx = md.get(f"tokenizer.ggml.{key}")
         return tokens[idx] if idx is not None and 0 <= idx < len(tokens) else None
 
-    eos_ids = [md[f"tokenizer.ggml.{k}"] for k in ("eos_token_id", "eot_token_id", "eom_token_id") if f"tokenizer.ggml.{k}" in md]
+    eos_ids = [
+        md[f"tokenizer.ggml.{k}"]
+        for k in ("eos_token_id", "eot_token_id", "eom_token_id")
+        if f"tokenizer.ggml.{k}" in md
+    ]
     eos_ids += [i for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL and t in END_OF_TURN]
     eos_ids = sorted(set(int(i) for i in eos_ids))
     # llama.cpp adds BOS to SentencePiece ("llama") vocabularies unless the file says otherwise.

@@ -17,7 +17,24 @@ from runtime.strategy import DecodingStrategy, Drafter, Step  # noqa: E402
 from runtime.tokenizer import Tokenizer  # noqa: E402
 
 __all__ = [
-    "DecodingStrategy", "Delta", "DraftModel", "Drafter", "GenerationResult", "Model", "ModelNotFound",
-    "PromptCache", "PromptLookup", "SamplingParams", "SamplingStrategy", "Step", "Timings", "Tokenizer",
-    "TokenHistory", "TokenSampler", "Usage", "load_model", "make_drafter", "stream_tokens",
+    "DecodingStrategy",
+    "Delta",
+    "DraftModel",
+    "Drafter",
+    "GenerationResult",
+    "Model",
+    "ModelNotFound",
+    "PromptCache",
+    "PromptLookup",
+    "SamplingParams",
+    "SamplingStrategy",
+    "Step",
+    "Timings",
+    "Tokenizer",
+    "TokenHistory",
+    "TokenSampler",
+    "Usage",
+    "load_model",
+    "make_drafter",
+    "stream_tokens",
 ]

@@ -90,8 +90,16 @@ def default_prefill_step() -> int:
     return 2048 if mx.metal.is_available() else 64
 
 
-def stream_tokens(network, tokenizer, prompt_ids: list[int], strategy: DecodingStrategy, *, max_tokens: int = 256,
-                  context_length: int | None = None, **options) -> Iterator[Delta]:
+def stream_tokens(
+    network,
+    tokenizer,
+    prompt_ids: list[int],
+    strategy: DecodingStrategy,
+    *,
+    max_tokens: int = 256,
+    context_length: int | None = None,
+    **options,
+) -> Iterator[Delta]:
     """Run one generation and yield `Delta`s; the last one carries the `GenerationResult`.
 
     Checks its arguments at the call, before any work (the generation itself starts at the first
@@ -164,8 +172,9 @@ def _generate(
             total=now - start,
             peak_memory=mx.get_peak_memory(),
         )
-        return GenerationResult("".join(text_parts), out, finish, Usage(len(prompt_ids), len(out), reused),
-                                timings, error=error, **stats)
+        return GenerationResult(
+            "".join(text_parts), out, finish, Usage(len(prompt_ids), len(out), reused), timings, error=error, **stats
+        )
 
     # Prefill all but the last prompt token in chunks; the last one produces the first logits.
     pending = list(prompt_ids[reused:])
@@ -198,13 +207,13 @@ def _generate(
         rejected = drafted - step.verified
         if rejected:
             trim_prompt_cache(cache, rejected)
-            del pc.tokens[len(pc.tokens) - rejected:]
+            del pc.tokens[len(pc.tokens) - rejected :]
         stats["accepted_tokens"] += step.verified
         if step.rollback:
             n = min(step.rollback, len(out))
-            del out[len(out) - n:]
+            del out[len(out) - n :]
             trim_prompt_cache(cache, n)
-            del pc.tokens[len(pc.tokens) - n:]
+            del pc.tokens[len(pc.tokens) - n :]
             detok.reset()
             for t in out:
                 detok.add_token(t)
@@ -229,7 +238,7 @@ def _generate(
         # Start the next forward pass before the CPU work of detokenizing and stop matching.
         if finish is None:
             draft = step.draft[: max_tokens - len(out) - 1]  # a draft never runs past the budget
-            logits = forward(appended[step.verified:] + draft, len(draft) + 1)
+            logits = forward(appended[step.verified :] + draft, len(draft) + 1)
             drafted = len(draft)
             stats["forward_passes"] += 1
             stats["drafted_tokens"] += drafted
@@ -243,7 +252,7 @@ def _generate(
             text += piece
             if hit:
                 finish = "stop"
-                del out[len(out) - (len(appended) - i - 1):]
+                del out[len(out) - (len(appended) - i - 1) :]
                 appended = appended[: i + 1]
                 break
         else:

@@ -52,8 +52,14 @@ class Model:
         self.context_length = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
         self.draft: Model | None = None
 
-    def prompt_ids(self, prompt, *, chat_template: bool = True, tools: list[dict] | None = None,
-                   chat_template_kwargs: dict | None = None) -> list[int]:
+    def prompt_ids(
+        self,
+        prompt,
+        *,
+        chat_template: bool = True,
+        tools: list[dict] | None = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> list[int]:
         """Token ids of a prompt: a list of chat messages (rendered with the chat template), a
         string (wrapped as one user message when the model has a chat template and `chat_template`
         is true; else encoded as plain text), or a list of token ids (used as is).
@@ -93,7 +99,8 @@ class Model:
         `SamplingStrategy(sampling)`. `speculative`: None (off), "prompt_lookup", "draft" (this
         model's `draft`) or a `Model` sharing this tokenizer (see `runtime.speculative`); the output
         is the same as without it (token for token at temperature 0, in distribution otherwise).
-        `chat_template_kwargs`: template variables (e.g. {"enable_thinking": False}). Raises ValueError for bad parameters before any work starts, TypeError for an unknown keyword.
+        `chat_template_kwargs`: template variables (e.g. {"enable_thinking": False}). Raises
+        ValueError for bad parameters before any work starts, TypeError for an unknown keyword.
         """
         if sampling is not None and sampling_fields:
             raise ValueError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
@@ -101,11 +108,21 @@ class Model:
         if max_tokens < 1:  # before the prompt is rendered; stream_tokens checks the rest
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         drafter = make_drafter(speculative, self)
-        ids = self.prompt_ids(prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs)
+        ids = self.prompt_ids(
+            prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs
+        )
         strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs)
         return stream_tokens(
-            self.network, self.tokenizer, ids, strategy, max_tokens=max_tokens, stop=stop, cancel=cancel,
-            prompt_cache=prompt_cache, context_length=self.context_length, drafter=drafter,
+            self.network,
+            self.tokenizer,
+            ids,
+            strategy,
+            max_tokens=max_tokens,
+            stop=stop,
+            cancel=cancel,
+            prompt_cache=prompt_cache,
+            context_length=self.context_length,
+            drafter=drafter,
         )
 
     def generate(self, prompt, **kwargs) -> GenerationResult:

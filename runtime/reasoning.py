@@ -58,7 +58,7 @@ class ReasoningSplitter:
         if self._state == "start":
             head = self._buf.lstrip()
             if head.startswith(m.start):
-                self._buf, self._state, self.seen = head[len(m.start):], "inside", True
+                self._buf, self._state, self.seen = head[len(m.start) :], "inside", True
             elif m.start.startswith(head):
                 return "", ""  # maybe a marker still arriving
             else:
@@ -67,9 +67,9 @@ class ReasoningSplitter:
             end = self._buf.find(m.end)
             if end < 0:
                 keep = _partial_suffix(self._buf, m.end)
-                reasoning, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep:]
+                reasoning, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
                 return reasoning, ""
-            reasoning, self._buf, self._state = self._buf[:end], self._buf[end + len(m.end):], "after"
+            reasoning, self._buf, self._state = self._buf[:end], self._buf[end + len(m.end) :], "after"
         if self._state == "after":
             stripped = self._buf.lstrip("\n")
             if not stripped and len(self._buf) < len(m.separator):
@@ -115,13 +115,17 @@ class ReasoningTokens:
     def of(cls, markers: ReasoningMarkers, hf_tokenizer) -> "ReasoningTokens":
         """Raises ValueError when a marker is not in the vocabulary as one token (a family this
         tokenizer does not speak)."""
-        ids = [hf_tokenizer.encode(m, add_special_tokens=False) for m in (markers.start, markers.end, markers.separator)]
+        ids = [
+            hf_tokenizer.encode(m, add_special_tokens=False) for m in (markers.start, markers.end, markers.separator)
+        ]
         if len(ids[0]) != 1 or len(ids[1]) != 1:
-            raise ValueError(f"reasoning markers {markers.start!r} / {markers.end!r} are not single tokens of this tokenizer")
+            raise ValueError(
+                f"reasoning markers {markers.start!r} / {markers.end!r} are not single tokens of this tokenizer"
+            )
         return cls(*(tuple(i) for i in ids))
 
     def prompt_state(self, prompt_ids: list[int]) -> str:
-        """"open": the prompt opened a block (the output starts inside it); "closed": the prompt ends
+        """ "open": the prompt opened a block (the output starts inside it); "closed": the prompt ends
         with a closed block (the template turned thinking off, e.g. Qwen3's enable_thinking=False);
         "free": the model may open a block with its first token."""
         start, end = self.start[0], self.end[0]

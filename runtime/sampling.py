@@ -211,7 +211,7 @@ class SamplingStrategy:
             rows = []
             for j in range(x.shape[0]):
                 tokens = mx.array(self.history.ids + draft[:j], dtype=mx.int32)
-                row = x[j:j + 1]
+                row = x[j : j + 1]
                 for processor in self.processors:
                     row = processor(tokens, row)
                 rows.append(row)
@@ -222,5 +222,5 @@ class SamplingStrategy:
     def rollback(self, n: int) -> None:
         """Forget the last `n` generated tokens (the loop trims them from the KV cache)."""
         self.history.drop(n)
-        del self.context[len(self.context) - n:]
+        del self.context[len(self.context) - n :]
         self.draft = []

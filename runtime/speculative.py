@@ -33,8 +33,8 @@ class PromptLookup:
             first = suffix[0]
             # Scan backwards so the most recent match (the likeliest continuation) wins.
             for start in range(len(context) - size - 1, -1, -1):
-                if context[start] == first and context[start:start + size] == suffix:
-                    return context[start + size:start + size + n]
+                if context[start] == first and context[start : start + size] == suffix:
+                    return context[start + size : start + size + n]
         return []
 
 

@@ -28,7 +28,7 @@ class StopStrings:
                 if buf.endswith(s[:k]):
                     keep = max(keep, k)
                     break
-        self._pending = buf[len(buf) - keep:] if keep else ""
+        self._pending = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep], False
 
     def flush(self) -> str:

@@ -148,8 +148,13 @@ class Tokenizer:
             at = end
         return "".join(out) + value[at:]
 
-    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
-                            add_generation_prompt: bool = True, **template_kwargs) -> list[int]:
+    def apply_chat_template(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        **template_kwargs,
+    ) -> list[int]:
         """Token ids of a chat rendered with the model's template. `template_kwargs` are variables of
         the template (e.g. `enable_thinking=False` for Qwen3), as vLLM's `chat_template_kwargs`.
 

@@ -60,15 +60,29 @@ def tiny_model_dir(qwen_dir, tmp_path_factory) -> Path:
     from mlx_lm.models import qwen2
 
     folder = tmp_path_factory.mktemp("tiny-qwen2")
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
-                 "special_tokens_map.json"):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+        "special_tokens_map.json",
+    ):
         if (qwen_dir / name).exists():
             shutil.copy(qwen_dir / name, folder / name)
     real = json.loads((qwen_dir / "config.json").read_text())
     config = dict(
-        model_type="qwen2", hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
-        num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=real["vocab_size"], rope_theta=1e6,
-        tie_word_embeddings=True, max_position_embeddings=512, eos_token_id=real.get("eos_token_id"),
+        model_type="qwen2",
+        hidden_size=64,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        vocab_size=real["vocab_size"],
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+        eos_token_id=real.get("eos_token_id"),
     )
     mx.random.seed(0)
     network = qwen2.Model(qwen2.ModelArgs.from_dict(config))

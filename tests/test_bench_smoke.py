@@ -9,8 +9,9 @@ import pytest
 from tests.conftest import SHARED_DATA
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "jsonschemabench" / "maskbench").is_dir(),
-                    reason=f"MaskBench data not found at {SHARED_DATA}")
+@pytest.mark.skipif(
+    not (SHARED_DATA / "jsonschemabench" / "maskbench").is_dir(), reason=f"MaskBench data not found at {SHARED_DATA}"
+)
 def test_guided_bench_quick(tmp_path, qwen_dir):
     from benchmarks import guided as bench
 
@@ -81,10 +82,18 @@ def test_speculative_bench_tiny(tiny_model):
 
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
     prompt = "Copy the city: Berlin Berlin Berlin Berlin."
-    report = run_guided_bench(tiny_model, [(prompt, schema, 24), (prompt, None, 16)], 24, 2, speculative="prompt_lookup")
+    report = run_guided_bench(
+        tiny_model, [(prompt, schema, 24), (prompt, None, 16)], 24, 2, speculative="prompt_lookup"
+    )
     guided, prose = report["cases"]
     assert report["speculative"] == "prompt_lookup" and not mismatches(report)
-    assert set(guided["median"]) == {"unconstrained", "mlx_lm", "jump_forward", "jump_forward+spec", "unconstrained+spec"}
+    assert set(guided["median"]) == {
+        "unconstrained",
+        "mlx_lm",
+        "jump_forward",
+        "jump_forward+spec",
+        "unconstrained+spec",
+    }
     assert set(prose["median"]) == {"unconstrained", "mlx_lm", "unconstrained+spec"} and prose["max_tokens"] == 16
     assert guided["identical"] == {"jump_forward+spec": True, "unconstrained+spec": True}
     assert prose["identical"] == {"unconstrained+spec": True}
@@ -102,5 +111,8 @@ def test_speculative_cases_match_the_demo():
 
     cases = dict(zip(SPECULATIVE_CASES, speculative_cases()))
     messages, schema, _ = cases["fly_to"]
-    assert schema == FLY_TO and messages == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": INSTRUCTION}]
+    assert schema == FLY_TO and messages == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": INSTRUCTION},
+    ]
     assert len(cases["invoice"][1]["required"]) >= 5 and cases["story"][1] is None

@@ -10,7 +10,9 @@ import pytest
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the system OpenBLAS is a Linux set-up")
-@pytest.mark.parametrize("first", ["from runtime import load_model", "import guided", "import recipes", "import coreai"])
+@pytest.mark.parametrize(
+    "first", ["from runtime import load_model", "import guided", "import recipes", "import coreai"]
+)
 def test_fast_blas_whatever_is_imported_first(first):
     from runtime.blas import blas_in_use
 

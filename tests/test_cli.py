@@ -19,8 +19,22 @@ def test_models_list_names_the_registry(capsys):
 
 def test_generate_with_schema_prints_valid_json(tiny_model_dir, capsys):
     schema = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
-    code = main(["generate", str(tiny_model_dir), "--prompt", "Give n.", "--schema", schema, "--max-tokens", "40",
-                 "--temperature", "0.7", "--seed", "3"])
+    code = main(
+        [
+            "generate",
+            str(tiny_model_dir),
+            "--prompt",
+            "Give n.",
+            "--schema",
+            schema,
+            "--max-tokens",
+            "40",
+            "--temperature",
+            "0.7",
+            "--seed",
+            "3",
+        ]
+    )
     captured = capsys.readouterr()
     if code == 0:
         value = json.loads(captured.out.strip())
@@ -30,7 +44,9 @@ def test_generate_with_schema_prints_valid_json(tiny_model_dir, capsys):
 
 
 def test_generate_choice_and_stream(tiny_model_dir, capsys):
-    assert main(["generate", str(tiny_model_dir), "--prompt", "x", "--choice", "yes", "--choice", "no", "--stream"]) == 0
+    assert (
+        main(["generate", str(tiny_model_dir), "--prompt", "x", "--choice", "yes", "--choice", "no", "--stream"]) == 0
+    )
     assert capsys.readouterr().out.strip() in ("yes", "no")
 
 
@@ -39,7 +55,10 @@ def test_generate_choice_and_stream(tiny_model_dir, capsys):
     [
         (["generate", "no-such-model", "--prompt", "x"], "no-such-model"),
         (["generate", "{tiny}", "--prompt", "x", "--temperature", "-1"], "temperature"),
-        (["generate", "{tiny}", "--prompt", "x", "--schema", '{"type": "object", "minProperties": "two"}'], "minProperties"),
+        (
+            ["generate", "{tiny}", "--prompt", "x", "--schema", '{"type": "object", "minProperties": "two"}'],
+            "minProperties",
+        ),
         (["generate", "{tiny}", "--prompt", "x", "--regex", "("], "regex"),
         (["models", "path", "nope"], "known models"),
         (["generate", "{tiny}", "--prompt", "x", "--seed", "-1"], "seed"),
@@ -73,9 +92,27 @@ def test_bench_speculative_case_files(tiny_model_dir, tmp_path, capsys):
     from benchmarks.guided import CASES
 
     out = tmp_path / "spec.json"
-    assert main(["bench", str(tiny_model_dir), "--guided", str(CASES / "fly_to.schema.json"), "--messages",
-                 str(CASES / "fly_to.messages.json"), "--speculative", "prompt_lookup", "-g", "8", "-n", "1",
-                 "--output-json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(tiny_model_dir),
+                "--guided",
+                str(CASES / "fly_to.schema.json"),
+                "--messages",
+                str(CASES / "fly_to.messages.json"),
+                "--speculative",
+                "prompt_lookup",
+                "-g",
+                "8",
+                "-n",
+                "1",
+                "--output-json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "jump_forward+spec" in capsys.readouterr().out
     (case,) = json.loads(out.read_text())["cases"]
     assert case["identical"] == {"jump_forward+spec": True, "unconstrained+spec": True}
@@ -83,7 +120,9 @@ def test_bench_speculative_case_files(tiny_model_dir, tmp_path, capsys):
 
 
 def test_console_script_runs():
-    out = subprocess.run([sys.executable, "-m", "coreai.cli", "models", "list"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "coreai.cli", "models", "list"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "qwen2.5-coder-0.5b-instruct" in out.stdout
 
@@ -96,8 +135,22 @@ def test_truncated_constrained_output_exits_non_zero(tiny_model_dir, capsys):
 
 
 def test_schema_true_inline(tiny_model_dir, capsys):
-    code = main(["generate", str(tiny_model_dir), "--prompt", "x", "--schema", "true", "--max-tokens", "30",
-                 "--temperature", "0.8", "--seed", "2"])
+    code = main(
+        [
+            "generate",
+            str(tiny_model_dir),
+            "--prompt",
+            "x",
+            "--schema",
+            "true",
+            "--max-tokens",
+            "30",
+            "--temperature",
+            "0.8",
+            "--seed",
+            "2",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0 and json.loads(out) is not None or "invalid output" in err
 
@@ -112,8 +165,24 @@ def test_bench_guided_on_the_real_model(qwen_model, tmp_path, capsys, monkeypatc
     schema = tmp_path / "n.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
     out = tmp_path / "guided.json"
-    assert main(["bench", "--guided", str(schema), "--prompt", "Give n = 7 as JSON.", "-g", "8", "-n", "1",
-                 "--output-json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--guided",
+                str(schema),
+                "--prompt",
+                "Give n = 7 as JSON.",
+                "-g",
+                "8",
+                "-n",
+                "1",
+                "--output-json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "jump_forward" in capsys.readouterr().out
     report = json.loads(out.read_text())
     assert report["versions"]["llguidance"] and report["max_tokens"] == 8 and report["repeats"] == 1
@@ -122,7 +191,18 @@ def test_bench_guided_on_the_real_model(qwen_model, tmp_path, capsys, monkeypatc
     for name in ("jump_forward", "no_jump_forward"):
         m = case["median"][name]
         assert m["valid"] and isinstance(json.loads(m["text"])["n"], int)
-        for key in ("decode_tps", "ttft", "compile_ms", "tokens", "forward_passes", "tokens_jumped", "mask_ms_per_pass"):
+        for key in (
+            "decode_tps",
+            "ttft",
+            "compile_ms",
+            "tokens",
+            "forward_passes",
+            "tokens_jumped",
+            "mask_ms_per_pass",
+        ):
             assert key in m
-        assert case["ratios"][name]["decode_tps"]["unconstrained"] > 0 and case["ratios"][name]["ttft"]["unconstrained"] > 0
+        assert (
+            case["ratios"][name]["decode_tps"]["unconstrained"] > 0
+            and case["ratios"][name]["ttft"]["unconstrained"] > 0
+        )
     assert case["median"]["no_jump_forward"]["tokens_jumped"] == 0

@@ -15,11 +15,24 @@ from hypothesis import strategies as st
 from tests.conftest import SHARED_DATA
 
 QWEN_LOGITS = 151_936
-SUITE_FILES = ["type", "properties", "required", "enum", "const", "items", "minimum", "maxLength", "pattern",
-               "anyOf", "additionalProperties", "uniqueItems"]
+SUITE_FILES = [
+    "type",
+    "properties",
+    "required",
+    "enum",
+    "const",
+    "items",
+    "minimum",
+    "maxLength",
+    "pattern",
+    "anyOf",
+    "additionalProperties",
+    "uniqueItems",
+]
 
-needs_data = pytest.mark.skipif(not (SHARED_DATA / "json-schema-test-suite").is_dir(),
-                                reason=f"shared conformance data not found at {SHARED_DATA}")
+needs_data = pytest.mark.skipif(
+    not (SHARED_DATA / "json-schema-test-suite").is_dir(), reason=f"shared conformance data not found at {SHARED_DATA}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +49,7 @@ def _compile(schema, info, **options):
 
 
 # -- fixed sample of the harness ---------------------------------------------------------------------
+
 
 @needs_data
 def test_suite_sample_matches_or_beats_llguidance(qwen):
@@ -94,12 +108,14 @@ def _leaf():
     return st.one_of(
         st.just({"type": "boolean"}),
         st.just({"type": "null"}),
-        st.integers(-50, 50).flatmap(lambda lo: st.integers(lo, lo + 100).map(
-            lambda hi: {"type": "integer", "minimum": lo, "maximum": hi})),
+        st.integers(-50, 50).flatmap(
+            lambda lo: st.integers(lo, lo + 100).map(lambda hi: {"type": "integer", "minimum": lo, "maximum": hi})
+        ),
         st.just({"type": "number"}),
         st.integers(0, 4).map(lambda n: {"type": "string", "maxLength": n + 3, "minLength": n}),
-        st.lists(st.text(alphabet="xyz é\"\\", max_size=4), min_size=1, max_size=4, unique=True).map(
-            lambda vs: {"enum": vs}),
+        st.lists(st.text(alphabet='xyz é"\\', max_size=4), min_size=1, max_size=4, unique=True).map(
+            lambda vs: {"enum": vs}
+        ),
         st.just({"type": "string", "pattern": "^[a-c]{1,3}-[0-9]$"}),
         st.just({"type": "string", "format": "date"}),
     )
@@ -108,9 +124,12 @@ def _leaf():
 def _schema(children):
     obj = st.dictionaries(_names, children, min_size=1, max_size=4).flatmap(
         lambda props: st.lists(st.sampled_from(sorted(props)), unique=True).map(
-            lambda req: {"type": "object", "properties": props, "required": req}))
+            lambda req: {"type": "object", "properties": props, "required": req}
+        )
+    )
     arr = st.tuples(children, st.integers(0, 2), st.integers(0, 2)).map(
-        lambda t: {"type": "array", "items": t[0], "minItems": t[1], "maxItems": t[1] + t[2]})
+        lambda t: {"type": "array", "items": t[0], "minItems": t[1], "maxItems": t[1] + t[2]}
+    )
     any_of = st.lists(children, min_size=2, max_size=3).map(lambda xs: {"anyOf": xs})
     return st.one_of(obj, arr, any_of)
 
@@ -136,16 +155,20 @@ def test_random_logits_outputs_validate(qwen, schema, seed, strict):
 
 # -- regressions found by the full harness (see README "Conformance") --------------------------------
 
+
 def test_boolean_schema_true_compiles(qwen):
     hf, info = qwen
     m = _compile(True, info).matcher()
     assert m.accept_tokens(hf.encode('{"a":[1]}', add_special_tokens=False)) and m.is_accepting()
 
 
-@pytest.mark.parametrize("schema,text", [
-    ({"type": "string", "format": "time"}, '"22:59:60Z"'),
-    ({"type": "string", "format": "date-time"}, '"1998-12-31T23:58:60Z"'),
-])
+@pytest.mark.parametrize(
+    "schema,text",
+    [
+        ({"type": "string", "format": "time"}, '"22:59:60Z"'),
+        ({"type": "string", "format": "date-time"}, '"1998-12-31T23:58:60Z"'),
+    ],
+)
 def test_invalid_leap_second_is_not_valid_output(qwen, schema, text):
     from guided import check_json
 
@@ -168,9 +191,21 @@ def test_invalid_hostname_is_not_valid_output(qwen, text):
 
 def test_strict_mode_keeps_oneof_exclusive(qwen):
     hf, info = qwen
-    schema = {"type": "object", "oneOf": [
-        {"type": "object", "required": ["id", "win"], "properties": {"id": {"type": "string"}, "handleWinResponse": {"type": "object"}}},
-        {"type": "object", "required": ["id", "lose"], "properties": {"id": {"type": "string"}, "lose": {"type": "object"}}}]}
+    schema = {
+        "type": "object",
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["id", "win"],
+                "properties": {"id": {"type": "string"}, "handleWinResponse": {"type": "object"}},
+            },
+            {
+                "type": "object",
+                "required": ["id", "lose"],
+                "properties": {"id": {"type": "string"}, "lose": {"type": "object"}},
+            },
+        ],
+    }
     try:
         m = _compile(schema, info).matcher()
     except Exception:  # refusing oneOf, as strict=False does, is a correct outcome
@@ -179,17 +214,27 @@ def test_strict_mode_keeps_oneof_exclusive(qwen):
     assert not (m.accept_tokens(hf.encode(text, add_special_tokens=False)) and m.is_accepting())
 
 
-@pytest.mark.xfail(strict=True, reason="llguidance resolves '#' inside an embedded resource (a $defs entry with its own "
-                   "$id) against the outer root instead of the resource's root (Test Suite refRemote 'root ref in remote "
-                   "ref', remotes bundled under $defs): a valid string is rejected and an invalid object accepted; "
-                   "the final jsonschema check catches the latter")
+@pytest.mark.xfail(
+    strict=True,
+    reason="llguidance resolves '#' inside an embedded resource (a $defs entry with its own "
+    "$id) against the outer root instead of the resource's root (Test Suite refRemote 'root ref in remote "
+    "ref', remotes bundled under $defs): a valid string is rejected and an invalid object accepted; "
+    "the final jsonschema check catches the latter",
+)
 def test_embedded_resource_root_ref(qwen):
     hf, info = qwen
-    schema = {"$id": "http://localhost:1234/draft2020-12/object", "type": "object",
-              "properties": {"name": {"$ref": "name-defs.json#/$defs/orNull"}},
-              "$defs": {"remote": {"$id": "http://localhost:1234/draft2020-12/name-defs.json",
-                                   "$defs": {"orNull": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}},
-                                   "type": "string"}}}
+    schema = {
+        "$id": "http://localhost:1234/draft2020-12/object",
+        "type": "object",
+        "properties": {"name": {"$ref": "name-defs.json#/$defs/orNull"}},
+        "$defs": {
+            "remote": {
+                "$id": "http://localhost:1234/draft2020-12/name-defs.json",
+                "$defs": {"orNull": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}},
+                "type": "string",
+            }
+        },
+    }
     compiled = _compile(schema, info, strict=False)
     m = compiled.matcher()
     assert m.accept_tokens(hf.encode('{"name":"foo"}', add_special_tokens=False)) and m.is_accepting()
@@ -199,7 +244,10 @@ def test_embedded_resource_root_ref(qwen):
 
 # -- formats: the grammar admits exactly what the final check (jsonschema) accepts --------------------
 
-@pytest.mark.parametrize("draft", ["https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#"])
+
+@pytest.mark.parametrize(
+    "draft", ["https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#"]
+)
 def test_final_check_uses_the_drafts_own_format_checkers(draft):
     """RFC 3339 full-time (offset required, any case), not draft 3's "%H:%M:%S"."""
     from guided import check_json
@@ -209,17 +257,32 @@ def test_final_check_uses_the_drafts_own_format_checkers(draft):
     assert check_json('"10:10:10"', schema)[1]
 
 
-@pytest.mark.parametrize("fmt,text,valid", [
-    ("date", "2024-02-29", True), ("date", "2000-02-29", True), ("date", "1900-02-28", True),
-    ("date", "2021-02-29", False), ("date", "1900-02-29", False), ("date", "0000-01-01", False),
-    ("date", "2021-04-31", False),
-    ("time", "22:31:53z", True), ("time", "10:10:10.5+01:00", True), ("time", "23:59:60Z", False),
-    ("time", "10:10:60Z", False), ("time", "10:10:10+24:00", False),
-    ("date-time", "2024-02-29t10:00:00Z", True), ("date-time", "1998-12-31T23:59:60Z", False),
-    ("date-time", "2021-02-29T10:00:00Z", False), ("date-time", "0000-01-01T00:00:00Z", False),
-    ("hostname", "a-b.example.COM", True), ("hostname", "ab--cd.com", False), ("hostname", "-a.com", False),
-    ("hostname", ".".join(["a" * 63] * 4), False), ("hostname", ".".join(["a" * 63] * 3 + ["a" * 61]), True),
-])
+@pytest.mark.parametrize(
+    "fmt,text,valid",
+    [
+        ("date", "2024-02-29", True),
+        ("date", "2000-02-29", True),
+        ("date", "1900-02-28", True),
+        ("date", "2021-02-29", False),
+        ("date", "1900-02-29", False),
+        ("date", "0000-01-01", False),
+        ("date", "2021-04-31", False),
+        ("time", "22:31:53z", True),
+        ("time", "10:10:10.5+01:00", True),
+        ("time", "23:59:60Z", False),
+        ("time", "10:10:60Z", False),
+        ("time", "10:10:10+24:00", False),
+        ("date-time", "2024-02-29t10:00:00Z", True),
+        ("date-time", "1998-12-31T23:59:60Z", False),
+        ("date-time", "2021-02-29T10:00:00Z", False),
+        ("date-time", "0000-01-01T00:00:00Z", False),
+        ("hostname", "a-b.example.COM", True),
+        ("hostname", "ab--cd.com", False),
+        ("hostname", "-a.com", False),
+        ("hostname", ".".join(["a" * 63] * 4), False),
+        ("hostname", ".".join(["a" * 63] * 3 + ["a" * 61]), True),
+    ],
+)
 def test_format_grammar_agrees_with_the_final_check(qwen, fmt, text, valid):
     from guided import check_json
 
@@ -227,12 +290,13 @@ def test_format_grammar_agrees_with_the_final_check(qwen, fmt, text, valid):
     schema = {"type": "string", "format": fmt}
     m = _compile(schema, info).matcher()
     accepted = m.accept_tokens(hf.encode(json.dumps(text), add_special_tokens=False)) and m.is_accepting()
-    assert not check_json(json.dumps(text), schema)[1] is valid, "the test's own verdict disagrees with jsonschema"
+    assert check_json(json.dumps(text), schema)[1] is not valid, "the test's own verdict disagrees with jsonschema"
     assert accepted is valid
 
 
-@pytest.mark.parametrize("fmt", ["date", "time", "date-time", "hostname", "duration", "ipv4", "ipv6", "uuid",
-                                 "email", "uri"])
+@pytest.mark.parametrize(
+    "fmt", ["date", "time", "date-time", "hostname", "duration", "ipv4", "ipv6", "uuid", "email", "uri"]
+)
 def test_random_logit_strings_of_every_format_validate(qwen, fmt):
     from conformance.compliance import closing_bias, random_generation
     from guided import check_json
@@ -273,9 +337,14 @@ def test_generation_path_accepts_what_the_copy_rejects(qwen):
     from conformance.common import serialize, tokenize
 
     hf, info = qwen
-    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 300,
-                                                     "pattern": "^(?:\\S+\\s+){0,29}\\S+$"}, "b": {"type": "integer"}},
-              "required": ["a", "b"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "maxLength": 300, "pattern": "^(?:\\S+\\s+){0,29}\\S+$"},
+            "b": {"type": "integer"},
+        },
+        "required": ["a", "b"],
+    }
     compiled = _compile(schema, info)
     tokens = tokenize(hf, info, serialize({"a": "This is a sample text.", "b": 3}))[0]
     m = compiled.matcher()

@@ -55,11 +55,14 @@ def test_schema_depth_limit_in_a_session(qwen_model):
         ConstrainedSession(qwen_model, schema=nested_objects(64))
 
 
-@pytest.mark.parametrize("schema, where", [
-    ({"$ref": "#"}, "/$ref"),
-    ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
-    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
-])
+@pytest.mark.parametrize(
+    "schema, where",
+    [
+        ({"$ref": "#"}, "/$ref"),
+        ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
+        ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
+    ],
+)
 def test_self_reference_without_a_value(info, schema, where):
     with pytest.raises(SchemaError) as e:
         compile_(info, schema=schema)
@@ -69,8 +72,10 @@ def test_self_reference_without_a_value(info, schema, where):
 
 
 def test_recursive_schema_with_a_base_case_compiles(info):
-    compile_(info, schema={"$defs": {"n": {"type": "object", "properties": {"c": {"$ref": "#/$defs/n"}}}},
-                           "$ref": "#/$defs/n"})
+    compile_(
+        info,
+        schema={"$defs": {"n": {"type": "object", "properties": {"c": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"},
+    )
 
 
 def test_lark_rule_without_a_base_case(info):
@@ -78,12 +83,18 @@ def test_lark_rule_without_a_base_case(info):
         compile_(info, grammar='start: a\na: a "x"')
 
 
-@pytest.mark.parametrize("spec, what", [
-    (dict(choices=[f"c{i}" for i in range(70_000)]), "grammar symbols"),
-    (dict(grammar="start: " + " | ".join(f'"w{i}"' for i in range(70_000))), "grammar symbols"),
-    (dict(schema={"enum": [f"v{i}" for i in range(200_000)]}), "size limit"),
-    (dict(schema={"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20_000)}}), "size limit"),
-])
+@pytest.mark.parametrize(
+    "spec, what",
+    [
+        (dict(choices=[f"c{i}" for i in range(70_000)]), "grammar symbols"),
+        (dict(grammar="start: " + " | ".join(f'"w{i}"' for i in range(70_000))), "grammar symbols"),
+        (dict(schema={"enum": [f"v{i}" for i in range(200_000)]}), "size limit"),
+        (
+            dict(schema={"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20_000)}}),
+            "size limit",
+        ),
+    ],
+)
 def test_size_limits(info, spec, what):
     with pytest.raises(GrammarError) as e:
         compile_(info, **spec)

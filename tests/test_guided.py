@@ -74,8 +74,8 @@ def matcher_for(info, **spec):
 
 
 def feed(info, toy, text, **spec) -> bool:
-    """Feed `text` token by token as generation would; check EOS is allowed exactly where the grammar can end, padding and
-    non-end special ids never. True if every token was accepted and the grammar can end."""
+    """Feed `text` token by token as generation would; check EOS is allowed exactly where the grammar
+    can end, padding and non-end special ids never. True if every token was accepted and the grammar can end."""
     m = matcher_for(info, **spec)
     never = info.padding_ids | {toy.convert_tokens_to_ids("<sp>")}
     for t in ids(toy, text):
@@ -117,14 +117,17 @@ def test_emoji_is_one_character(info, toy):
     assert not feed(info, toy, "ab", regex=".")
 
 
-@pytest.mark.parametrize("regex,good,bad", [
-    ("xa*", ["x", "xa", "xaaaa"], ["", "xb"]),
-    ("xa+", ["xa", "xaaa"], ["x"]),
-    ("xa?", ["x", "xa"], ["xaa"]),
-    ("a{3}", ["aaa"], ["aa", "aaaa"]),
-    ("a{2,}", ["aa", "aaaaaa"], ["a"]),
-    ("a{0,2}", ["", "a", "aa"], ["aaa"]),
-])
+@pytest.mark.parametrize(
+    "regex,good,bad",
+    [
+        ("xa*", ["x", "xa", "xaaaa"], ["", "xb"]),
+        ("xa+", ["xa", "xaaa"], ["x"]),
+        ("xa?", ["x", "xa"], ["xaa"]),
+        ("a{3}", ["aaa"], ["aa", "aaaa"]),
+        ("a{2,}", ["aa", "aaaaaa"], ["a"]),
+        ("a{0,2}", ["", "a", "aa"], ["aaa"]),
+    ],
+)
 def test_repetitions(info, toy, regex, good, bad):
     for text in good:
         assert feed(info, toy, text, regex=regex), (regex, text)
@@ -148,8 +151,11 @@ def test_json_compact_by_default_and_any_whitespace(info, toy):
 
 
 def test_property_order_follows_schema(info, toy):
-    schema = {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "integer"}},
-              "required": ["alpha", "zeta"]}
+    schema = {
+        "type": "object",
+        "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "integer"}},
+        "required": ["alpha", "zeta"],
+    }
     assert feed(info, toy, '{"zeta":1,"alpha":2}', schema=schema)
     assert not feed(info, toy, '{"alpha":2,"zeta":1}', schema=schema)
     m = matcher_for(info, schema=json.dumps(schema))  # JSON text keeps the order too
@@ -165,9 +171,13 @@ def test_strict_mode(info, toy):
     # allOf parts are not closed: closing each would forbid the other part's keys
     combined = {"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": {"type": "integer"}}}]}
     assert feed(info, toy, '{"a":1,"b":2}', schema=combined)
-    via_refs = {"definitions": {"base": {"properties": {"a": {"type": "integer"}}},
-                                "x": {"properties": {"b": {"type": "integer"}}}},
-                "allOf": [{"$ref": "#/definitions/base"}, {"anyOf": [{"$ref": "#/definitions/x"}]}]}
+    via_refs = {
+        "definitions": {
+            "base": {"properties": {"a": {"type": "integer"}}},
+            "x": {"properties": {"b": {"type": "integer"}}},
+        },
+        "allOf": [{"$ref": "#/definitions/base"}, {"anyOf": [{"$ref": "#/definitions/x"}]}],
+    }
     assert feed(info, toy, '{"a":1,"b":2}', schema=via_refs)
     branches = {"properties": {"a": {"type": "integer"}}, "anyOf": [{"properties": {"b": {"type": "integer"}}}]}
     assert feed(info, toy, '{"a":1,"b":2}', schema=branches)
@@ -305,9 +315,15 @@ def test_masked_tokens_never_sampled(dtype):
 # -- the decoding strategy with random logits ---------------------------------------------------------
 
 
-SCHEMA = {"type": "object", "properties": {"abc": {"type": "integer"}, "flag": {"type": "boolean"},
-                                           "tags": {"type": "array", "items": {"enum": ["x", "yy"]}, "maxItems": 3}},
-          "required": ["abc", "flag", "tags"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "abc": {"type": "integer"},
+        "flag": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"enum": ["x", "yy"]}, "maxItems": 3},
+    },
+    "required": ["abc", "flag", "tags"],
+}
 
 
 def run(strategy, steps=200, dtype=mx.float32, seed=0):
@@ -422,7 +438,8 @@ def test_cache_hits_misses_and_lru(info):
     assert make_spec(schema=schema) is not make_spec(schema={"type": "object", "properties": {"a": {}, "b": {}}})
     # options are part of the key
     assert cache.get(make_spec(schema={"type": "object"}), info) is not cache.get(
-        make_spec(schema={"type": "object"}, any_whitespace=True), info)
+        make_spec(schema={"type": "object"}, any_whitespace=True), info
+    )
 
 
 def test_cache_thread_safe(info):
@@ -471,14 +488,21 @@ def test_invalid_schema_has_pointer():
         make_spec(schema="/no/such/schema.json")
 
 
-@pytest.mark.parametrize("schema,keyword,pointer", [
-    ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}}, "not", "/properties/a/not"),
-    ({"type": "array", "items": {"type": "array", "uniqueItems": True}}, "uniqueItems", "/items/uniqueItems"),
-    ({"properties": {"d": {"type": "string", "format": "no-such-format"}}}, "format", "/properties/d/format"),
-    ({"properties": {"p": {"type": "string", "pattern": "(?=a)b"}}}, "pattern", "/properties/p/pattern"),
-    ({"$defs": {"x": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}, "$ref": "#/$defs/x"}, "oneOf", "/$defs/x/oneOf"),
-    ({"properties": {"r": {"$ref": "https://example.com/remote.json"}}}, "$ref", "/properties/r/$ref"),
-])
+@pytest.mark.parametrize(
+    "schema,keyword,pointer",
+    [
+        ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}}, "not", "/properties/a/not"),
+        ({"type": "array", "items": {"type": "array", "uniqueItems": True}}, "uniqueItems", "/items/uniqueItems"),
+        ({"properties": {"d": {"type": "string", "format": "no-such-format"}}}, "format", "/properties/d/format"),
+        ({"properties": {"p": {"type": "string", "pattern": "(?=a)b"}}}, "pattern", "/properties/p/pattern"),
+        (
+            {"$defs": {"x": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}, "$ref": "#/$defs/x"},
+            "oneOf",
+            "/$defs/x/oneOf",
+        ),
+        ({"properties": {"r": {"$ref": "https://example.com/remote.json"}}}, "$ref", "/properties/r/$ref"),
+    ],
+)
 def test_unsupported_keyword_has_keyword_and_pointer(info, schema, keyword, pointer):
     with pytest.raises(UnsupportedSchemaFeature) as err:
         compile_grammar(make_spec(schema=schema), info)
@@ -577,5 +601,8 @@ def test_rollback_state_equals_a_fresh_run(info, toy):
         fresh = compiled.matcher()
         assert fresh.accept_tokens(tokens[: len(tokens) - k])
         assert allowed(m) == allowed(fresh), k
-        assert (m.is_accepting(), m.is_terminated(), m.num_accepted) == \
-            (fresh.is_accepting(), fresh.is_terminated(), fresh.num_accepted)
+        assert (m.is_accepting(), m.is_terminated(), m.num_accepted) == (
+            fresh.is_accepting(),
+            fresh.is_terminated(),
+            fresh.num_accepted,
+        )

@@ -27,11 +27,24 @@ DATA = Path(__file__).parent / "data" / "guided"
 QWEN_LOGITS = 151_936  # Qwen2.5 config vocab_size; the tokenizer has 151,665 real tokens
 GEMMA_LOGITS = 262_144
 
-VALUES = {"name": "深圳湾公园 😀 ü", "n": -12.5e3, "k": 0, "s": 'a "quoted" \\ back\nslash\ttab \u0001', "t": [True, None]}
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "number"},
-                                           "k": {"type": "integer"}, "s": {"type": "string"},
-                                           "t": {"type": "array"}},
-          "required": ["name", "n", "k", "s", "t"]}
+VALUES = {
+    "name": "深圳湾公园 😀 ü",
+    "n": -12.5e3,
+    "k": 0,
+    "s": 'a "quoted" \\ back\nslash\ttab \u0001',
+    "t": [True, None],
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "n": {"type": "number"},
+        "k": {"type": "integer"},
+        "s": {"type": "string"},
+        "t": {"type": "array"},
+    },
+    "required": ["name", "n", "k", "s", "t"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +94,16 @@ def test_real_tokenizer_accepts_cjk_emoji_numbers_escapes(which, request):
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
 def test_random_logits_at_qwen_width(qwen_info, qwen_tokenizer, dtype):
-    schema = {"type": "object", "properties": {
-        "city": {"type": "string", "maxLength": 12}, "altitude": {"type": "integer", "minimum": 0, "maximum": 9000},
-        "mode": {"enum": ["fly", "hover"]}, "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 4}},
-        "required": ["city", "altitude", "mode", "tags"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "altitude": {"type": "integer", "minimum": 0, "maximum": 9000},
+            "mode": {"enum": ["fly", "hover"]},
+            "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 4},
+        },
+        "required": ["city", "altitude", "mode", "tags"],
+    }
     compiled = compile_grammar(make_spec(schema=schema), qwen_info)
     rng = np.random.default_rng(0)
     for seed in range(2):
@@ -108,9 +127,15 @@ def test_random_logits_at_qwen_width(qwen_info, qwen_tokenizer, dtype):
 
 # -- the session on a tiny random network with the real Qwen tokenizer ---------------------------------
 
-TINY_SCHEMA = {"type": "object", "properties": {
-    "location": {"type": "string", "maxLength": 10}, "altitude": {"type": "integer", "minimum": 0, "maximum": 500},
-    "confirm": {"type": "boolean"}}, "required": ["location", "altitude", "confirm"]}
+TINY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "location": {"type": "string", "maxLength": 10},
+        "altitude": {"type": "integer", "minimum": 0, "maximum": 500},
+        "confirm": {"type": "boolean"},
+    },
+    "required": ["location", "altitude", "confirm"],
+}
 
 
 def test_session_generate_valid_json(tiny_model):
@@ -170,7 +195,9 @@ def test_qwen_extracts_shipping_address(qwen_model):
     session = ConstrainedSession(qwen_model, schema=DATA / "address.schema.json")
     result = session.generate(
         "Extract the shipping address from this message as JSON: 'Hi, please ship my order to Jane Doe, "
-        "42 Baker Street, London, postal code NW1 6XE, United Kingdom. Thanks!'", max_tokens=120)
+        "42 Baker Street, London, postal code NW1 6XE, United Kingdom. Thanks!'",
+        max_tokens=120,
+    )
     assert result.valid and result.finish_reason == "stop", (result.text, result.errors)
     assert result.stats.tokens_jumped >= 10  # the five keys and their punctuation are forced
     assert result.value["name"] == "Jane Doe"
@@ -187,13 +214,13 @@ def test_added_token_text_inside_a_string_is_spelled_as_text(vocab, text, reques
     hf, info = request.getfixturevalue(f"{vocab}_tokenizer").hf, request.getfixturevalue(f"{vocab}_info")
     spec = make_spec(schema={"type": "object", "properties": {"t": {"const": text}}, "required": ["t"]})
     matcher = compile_grammar(spec, info).matcher()
-    prefix = '{"t":"' + text[:text.index("<")]
+    prefix = '{"t":"' + text[: text.index("<")]
     assert matcher.accept_tokens(hf.encode(prefix, add_special_tokens=False))
     allowed = mask_of(matcher)
     added = [i for i in hf.added_tokens_decoder if i < info.vocab_size]
     assert allowed.any() and not allowed[added].any()
     forced = matcher.jump_forward_tokens()
-    assert not set(forced) & set(added) and hf.decode(forced) == text[text.index("<"):] + '"}', forced
+    assert not set(forced) & set(added) and hf.decode(forced) == text[text.index("<") :] + '"}', forced
     assert matcher.accept_tokens(forced) and matcher.is_accepting()
 
 

@@ -24,7 +24,11 @@ TEMPLATE = (
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
     "{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}"
 )
-SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}}, "required": ["ok", "n"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+    "required": ["ok", "n"],
+}
 QWEN3_TOKENS = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "<think>", 151668: "</think>"}
 
 
@@ -46,9 +50,19 @@ def qwen3(qwen_dir, tmp_path_factory):
     shutil.copy(qwen_dir / "generation_config.json", folder / "generation_config.json")
     real = json.loads((qwen_dir / "config.json").read_text())
     model_config = dict(
-        model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, vocab_size=real["vocab_size"], rope_theta=1e6,
-        tie_word_embeddings=True, max_position_embeddings=512, eos_token_id=real.get("eos_token_id"),
+        model_type="qwen3",
+        hidden_size=64,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        vocab_size=real["vocab_size"],
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+        eos_token_id=real.get("eos_token_id"),
     )
     mx.random.seed(0)
     network = qwen3.Model(qwen3.ModelArgs.from_dict(model_config))
@@ -114,7 +128,7 @@ def test_a_model_may_open_the_block_itself(qwen3):
 def test_streaming_split_equals_the_whole_split():
     markers = ReasoningMarkers("<think>", "</think>")
     text = '<think>\nfirst, the sum</thi is not the end\n</think>\n\n{"ok":true}'
-    for opened, sample in ((False, text), (True, text[len("<think>"):])):
+    for opened, sample in ((False, text), (True, text[len("<think>") :])):
         whole = split_reasoning(sample, markers, opened)
         splitter = ReasoningSplitter(markers, opened)
         pieces = [splitter.feed(ch) for ch in sample] + [splitter.finish()]
@@ -143,8 +157,13 @@ def _chat(base, **kw):
 
 
 def test_server_constrained_answer_after_reasoning_streams_the_same_split(server):
-    body = dict(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
-                reasoning_effort="low", max_tokens=300, extra_body={"seed": 3}, temperature=1.0)
+    body = dict(
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+        reasoning_effort="low",
+        max_tokens=300,
+        extra_body={"seed": 3},
+        temperature=1.0,
+    )
     reply = _chat(server, **body)
     message = reply.choices[0].message
     assert reply.choices[0].finish_reason == "stop"
@@ -152,8 +171,9 @@ def test_server_constrained_answer_after_reasoning_streams_the_same_split(server
     reasoning = message.model_extra["reasoning_content"]
     assert reasoning and reply.usage.completion_tokens > 256  # "low": 256 reasoning tokens, then the answer
     chunks = list(_chat(server, stream=True, **body))
-    streamed_reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
-                                 for c in chunks if c.choices)
+    streamed_reasoning = "".join(
+        (c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert (streamed_reasoning, streamed) == (reasoning, message.content)
 

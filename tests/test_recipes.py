@@ -20,7 +20,12 @@ GEMMA = store.get("gemma-3-270m")
 
 
 def _expectations(entry) -> dict:
-    return {"max_perplexity": entry.max_perplexity, "prompt": entry.expect_prompt, "expect": entry.expect_answer, "chat": entry.chat}
+    return {
+        "max_perplexity": entry.max_perplexity,
+        "prompt": entry.expect_prompt,
+        "expect": entry.expect_answer,
+        "chat": entry.chat,
+    }
 
 
 def _leftovers(parent: Path) -> list[str]:
@@ -198,8 +203,16 @@ def _hf_config(family: str):
     import transformers as T
 
     common = dict(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
-        vocab_size=VOCAB, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=VOCAB,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
         initializer_range=0.1,  # larger than the default 0.02, so the logits are not near-ties
     )
     return {
@@ -209,7 +222,9 @@ def _hf_config(family: str):
         "mistral": lambda: (T.MistralConfig(**common), T.MistralForCausalLM),
         "gemma3": lambda: (
             # 6 layers: llama.cpp (and so the GGUF path) fixes Gemma 3's pattern at 5 sliding + 1 full.
-            T.Gemma3TextConfig(**{**common, "num_hidden_layers": 6}, head_dim=16, query_pre_attn_scalar=16, sliding_window=4),
+            T.Gemma3TextConfig(
+                **{**common, "num_hidden_layers": 6}, head_dim=16, query_pre_attn_scalar=16, sliding_window=4
+            ),
             T.Gemma3ForCausalLM,
         ),
         "phi3": lambda: (T.Phi3Config(**common), T.Phi3ForCausalLM),
@@ -233,7 +248,9 @@ def _tiny_checkpoint(family: str, folder: Path):
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>").save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    ).save_pretrained(folder)
     return model
 
 
@@ -288,9 +305,14 @@ def _tiny_gguf(family: str, ref, path: Path) -> None:
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), cfg.num_hidden_layers)
     w = gguf.GGUFWriter(str(path), arch)
     for key, value in {
-        "embedding_length": cfg.hidden_size, "block_count": cfg.num_hidden_layers, "feed_forward_length": cfg.intermediate_size,
-        "attention.head_count": cfg.num_attention_heads, "attention.head_count_kv": cfg.num_key_value_heads,
-        "attention.key_length": head_dim, "attention.value_length": head_dim, "rope.dimension_count": head_dim,
+        "embedding_length": cfg.hidden_size,
+        "block_count": cfg.num_hidden_layers,
+        "feed_forward_length": cfg.intermediate_size,
+        "attention.head_count": cfg.num_attention_heads,
+        "attention.head_count_kv": cfg.num_key_value_heads,
+        "attention.key_length": head_dim,
+        "attention.value_length": head_dim,
+        "rope.dimension_count": head_dim,
         "context_length": cfg.max_position_embeddings,
     }.items():
         w.add_uint32(f"{arch}.{key}", value)
@@ -304,7 +326,7 @@ def _tiny_gguf(family: str, ref, path: Path) -> None:
     w.add_tokenizer_model("gpt2")
     w.add_token_list(tokens)
     w.add_token_types([1] * VOCAB)
-    w.add_token_merges([f"{t[0]} {t[1]}" for t in tokens[len(alphabet):]])
+    w.add_token_merges([f"{t[0]} {t[1]}" for t in tokens[len(alphabet) :]])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     for hf_name, tensor in ref.state_dict().items():
@@ -340,7 +362,10 @@ def test_mixed_quantization_from_config(tmp_path):
 
     _tiny_checkpoint("llama", tmp_path / "hf")
     recipe = tmp_path / "mixed.yaml"
-    recipe.write_text("bits: 4\ngroup_size: 32\nrules:\n  - pattern: 'model.layers.0.*'\n    bits: 8\n  - pattern: '*.down_proj'\n    bits: 0\n")
+    recipe.write_text(
+        "bits: 4\ngroup_size: 32\nrules:\n  - pattern: 'model.layers.0.*'\n "
+        "   bits: 8\n  - pattern: '*.down_proj'\n    bits: 0\n"
+    )
     export(tmp_path / "hf", tmp_path / "q", quantize="mixed", config=recipe, keep_embedding=True, progress=False)
     config = json.loads((tmp_path / "q" / "config.json").read_text())
     assert config["quantization"]["model.layers.0.self_attn.q_proj"]["bits"] == 8

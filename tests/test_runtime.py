@@ -9,7 +9,6 @@ import mlx.core as mx
 import pytest
 
 from runtime import ModelNotFound, PromptCache, SamplingParams, SamplingStrategy, Step, TokenSampler, load_model
-from runtime.sampling import TokenHistory
 from runtime.stops import StopStrings
 
 
@@ -28,7 +27,7 @@ class ForcedStrategy:
 
     def step(self, logits):
         self.seen_logits.append(logits)
-        chunk = self.ids[self.pos:self.pos + self.per_step]
+        chunk = self.ids[self.pos : self.pos + self.per_step]
         self.pos += len(chunk)
         if not chunk:
             return Step(finish="stop")
@@ -46,9 +45,18 @@ def test_seeded_sampling_is_reproducible(tiny_model):
 
 def test_greedy_equals_argmax_and_filters_reduce_to_greedy(tiny_model):
     greedy = tiny_model.generate("Hi", max_tokens=8).token_ids
-    assert tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, top_k=1, seed=1), max_tokens=8).token_ids == greedy
-    assert tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, min_p=1.0, seed=1), max_tokens=8).token_ids == greedy
-    assert tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, top_p=1e-6, seed=1), max_tokens=8).token_ids == greedy
+    assert (
+        tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, top_k=1, seed=1), max_tokens=8).token_ids
+        == greedy
+    )
+    assert (
+        tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, min_p=1.0, seed=1), max_tokens=8).token_ids
+        == greedy
+    )
+    assert (
+        tiny_model.generate("Hi", sampling=SamplingParams(temperature=1.0, top_p=1e-6, seed=1), max_tokens=8).token_ids
+        == greedy
+    )
 
 
 def test_top_k_and_min_p_restrict_the_candidates():

@@ -16,15 +16,26 @@ import pytest  # noqa: E402
 from guided import ConstrainedSession  # noqa: E402
 from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, make_drafter  # noqa: E402
 
-INVOICE = ("Invoice INV-2291 from Northwind Traders, 1200 Harbor Boulevard, Seattle. Bill to: Ada Lovelace, "
-           "12 St James's Square, London. Total due: 4512.50 EUR.")
-SCHEMA = {"type": "object", "properties": {
-    "invoice": {"type": "string"}, "seller": {"type": "string"}, "seller_address": {"type": "string"},
-    "buyer": {"type": "string"}, "total": {"type": "number"}},
-    "required": ["invoice", "seller", "seller_address", "buyer", "total"]}
+INVOICE = (
+    "Invoice INV-2291 from Northwind Traders, 1200 Harbor Boulevard, Seattle. Bill to: Ada Lovelace, "
+    "12 St James's Square, London. Total due: 4512.50 EUR."
+)
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "invoice": {"type": "string"},
+        "seller": {"type": "string"},
+        "seller_address": {"type": "string"},
+        "buyer": {"type": "string"},
+        "total": {"type": "number"},
+    },
+    "required": ["invoice", "seller", "seller_address", "buyer", "total"],
+}
 PROMPTS = [
-    [{"role": "system", "content": "Copy values verbatim from the text into JSON."},
-     {"role": "user", "content": INVOICE}],
+    [
+        {"role": "system", "content": "Copy values verbatim from the text into JSON."},
+        {"role": "user", "content": INVOICE},
+    ],
     "Repeat this sentence exactly: " + INVOICE,
     "Write a haiku about the sea.",
 ]
@@ -78,8 +89,9 @@ def test_state_after_rollbacks_equals_a_fresh_run(qwen_model):
     cache = PromptCache(qwen_model.network)
     strategy = session.strategy()
     prompt_ids = qwen_model.prompt_ids(PROMPTS[0])
-    for delta in qwen_model.stream(prompt_ids, strategy=strategy, max_tokens=40, prompt_cache=cache,
-                                   speculative="prompt_lookup"):
+    for delta in qwen_model.stream(
+        prompt_ids, strategy=strategy, max_tokens=40, prompt_cache=cache, speculative="prompt_lookup"
+    ):
         result = delta.result
     assert result.drafted_tokens > result.accepted_tokens  # some drafts were rejected
     out = result.token_ids
@@ -113,8 +125,10 @@ def test_draft_model_with_rejections_keeps_greedy_output(qwen_model, tiny_model)
     fast = qwen_model.generate(PROMPTS[1], max_tokens=12, speculative=tiny_model)
     assert fast.token_ids == plain.token_ids and fast.drafted_tokens > fast.accepted_tokens
     session = ConstrainedSession(qwen_model, schema=SCHEMA)
-    assert session.generate(PROMPTS[0], max_tokens=16, speculative=tiny_model).token_ids == \
-        session.generate(PROMPTS[0], max_tokens=16).token_ids
+    assert (
+        session.generate(PROMPTS[0], max_tokens=16, speculative=tiny_model).token_ids
+        == session.generate(PROMPTS[0], max_tokens=16).token_ids
+    )
 
 
 def test_acceptance_rule_keeps_the_target_distribution():
@@ -130,7 +144,7 @@ def test_acceptance_rule_keeps_the_target_distribution():
     second = np.zeros(5)
     for _ in range(n):
         accepted, token = sampler.verify(logprobs, draft)
-        emitted = (draft[:accepted] + [token])
+        emitted = draft[:accepted] + [token]
         first[emitted[0]] += 1
         if len(emitted) > 1:
             second[emitted[1]] += 1
@@ -169,8 +183,18 @@ def test_cancel_is_seen_between_prefill_chunks(tiny_model):
     from runtime import SamplingStrategy, stream_tokens
 
     prompt = tiny_model.tokenizer.encode("word " * 300)
-    deltas = list(stream_tokens(network, tiny_model.tokenizer, prompt, SamplingStrategy(), max_tokens=8,
-                                cancel=cancel, prefill_step_size=64, prompt_cache=PromptCache(tiny_model.network)))
+    deltas = list(
+        stream_tokens(
+            network,
+            tiny_model.tokenizer,
+            prompt,
+            SamplingStrategy(),
+            max_tokens=8,
+            cancel=cancel,
+            prefill_step_size=64,
+            prompt_cache=PromptCache(tiny_model.network),
+        )
+    )
     result = deltas[-1].result
     assert result.finish_reason == "cancelled" and result.token_ids == []
     assert calls == [64]  # one chunk ran, the other four did not
@@ -184,6 +208,9 @@ def test_a_stop_string_ends_the_tokens_too(qwen_model):
     plain = qwen_model.generate(prompt, max_tokens=16, stop=["a b"], logprobs=True)
     deltas = list(qwen_model.stream(prompt, max_tokens=16, stop=["a b"], logprobs=True, speculative="prompt_lookup"))
     fast = deltas[-1].result
-    assert (fast.text, fast.token_ids, fast.usage.completion_tokens) == \
-        (plain.text, plain.token_ids, plain.usage.completion_tokens)
+    assert (fast.text, fast.token_ids, fast.usage.completion_tokens) == (
+        plain.text,
+        plain.token_ids,
+        plain.usage.completion_tokens,
+    )
     assert [t for d in deltas for t in d.token_ids] == fast.token_ids

@@ -10,8 +10,11 @@ import pytest
 
 from guided import compile_grammar, get_tokenizer_info, make_spec
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-          "required": ["name", "age"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
 
 
 @pytest.fixture(scope="module", params=["qwen", "gemma"])
@@ -33,13 +36,16 @@ def nested(levels: int):
     return value
 
 
-@pytest.mark.parametrize("text", [
-    '{"name":"Ann",' + " " * 400 + '"age":3}',
-    '{"name":"Ann",' + "\n" * 300 + '"age":3}',
-    '{"name":"Ann",\n\n\n"age":3}',
-    '{"name":"Ann",\n' + " " * 65 + '"age":3}',
-    '{"name":"Ann"' + " " * 100 + ',"age":3}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name":"Ann",' + " " * 400 + '"age":3}',
+        '{"name":"Ann",' + "\n" * 300 + '"age":3}',
+        '{"name":"Ann",\n\n\n"age":3}',
+        '{"name":"Ann",\n' + " " * 65 + '"age":3}',
+        '{"name":"Ann"' + " " * 100 + ',"age":3}',
+    ],
+)
 def test_runaway_whitespace_is_refused(tok_info, text):
     assert not accepts(tok_info, SCHEMA, text)
 

@@ -15,15 +15,27 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="prefill/decode tok/s, TTFT and peak memory, against mlx-lm in the same run")
     p.add_argument("model", nargs="?", default=None)
     p.add_argument("-p", "--prompt-tokens", type=common.positive_int, default=512)
-    p.add_argument("-g", "--gen-tokens", type=common.positive_int, default=128, help="tokens to generate (guided: the max_tokens)")
+    p.add_argument(
+        "-g", "--gen-tokens", type=common.positive_int, default=128, help="tokens to generate (guided: the max_tokens)"
+    )
     p.add_argument("-n", "--runs", type=common.positive_int, default=3)
-    p.add_argument("--guided", type=Path, metavar="SCHEMA_FILE",
-                   help="end-to-end guided bench on this JSON Schema: unconstrained vs constrained decode tok/s, "
-                        "jump-forward on/off, TTFT with a cold compile")
+    p.add_argument(
+        "--guided",
+        type=Path,
+        metavar="SCHEMA_FILE",
+        help="end-to-end guided bench on this JSON Schema: unconstrained vs constrained decode tok/s, "
+        "jump-forward on/off, TTFT with a cold compile",
+    )
     prompt = p.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt", help="the --guided/--speculative prompt (default: asks for a JSON value of the schema)")
-    prompt.add_argument("--messages", type=Path, help="the --guided/--speculative prompt as a JSON list of chat messages "
-                                                      "(e.g. benchmarks/cases/*.messages.json)")
+    prompt.add_argument(
+        "--prompt", help="the --guided/--speculative prompt (default: asks for a JSON value of the schema)"
+    )
+    prompt.add_argument(
+        "--messages",
+        type=Path,
+        help="the --guided/--speculative prompt as a JSON list of chat messages "
+        "(e.g. benchmarks/cases/*.messages.json)",
+    )
     common.add_speculative_arg(p)
     p.add_argument("--output-json", type=Path)
     common.add_model_args(p)

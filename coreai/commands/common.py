@@ -20,15 +20,23 @@ def positive_int(text: str) -> int:
 
 
 def add_model_args(p) -> None:
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="compute dtype (default: float32 on CPU, stored on Metal)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "bfloat16"),
+        help="compute dtype (default: float32 on CPU, stored on Metal)",
+    )
     p.add_argument("--cache-dir", help="model cache root (default: $COREAI_HOME or ~/.cache/coreai)")
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
 
 
 def add_speculative_arg(p, default: str = "off") -> None:
-    p.add_argument("--speculative", choices=("off", "prompt_lookup", "draft"), default=default,
-                   help="speculative decoding: prompt_lookup (n-gram drafts from the prompt, no extra model) or "
-                        f"draft (--draft-model); the output is unchanged (default: {default})")
+    p.add_argument(
+        "--speculative",
+        choices=("off", "prompt_lookup", "draft"),
+        default=default,
+        help="speculative decoding: prompt_lookup (n-gram drafts from the prompt, no extra model) or "
+        f"draft (--draft-model); the output is unchanged (default: {default})",
+    )
 
 
 def add_sampling_args(p) -> None:
@@ -51,9 +59,15 @@ def add_grammar_args(p) -> None:
     g.add_argument("--grammar", type=Path, help="Lark (.lark) or GBNF (.gbnf) grammar file")
     p.add_argument("--any-whitespace", action="store_true", help="allow free JSON whitespace (default: bounded)")
     p.add_argument("--no-strict", action="store_true", help="allow properties the schema does not declare")
-    p.add_argument("--lenient", action="store_true", help="compile what can be enforced; check the rest after generation")
-    p.add_argument("--max-reasoning-tokens", type=positive_int, default=1024,
-                   help="thinking models: reasoning tokens before the constrained answer is forced (default: %(default)s)")
+    p.add_argument(
+        "--lenient", action="store_true", help="compile what can be enforced; check the rest after generation"
+    )
+    p.add_argument(
+        "--max-reasoning-tokens",
+        type=positive_int,
+        default=1024,
+        help="thinking models: reasoning tokens before the constrained answer is forced (default: %(default)s)",
+    )
 
 
 def load_model(args):
@@ -79,8 +93,12 @@ def sampling_params(args):
     from runtime import SamplingParams
 
     return SamplingParams(
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty, seed=args.seed,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
     )
 
 
@@ -88,8 +106,12 @@ def constrained_session(model, args):
     """A `ConstrainedSession` for the grammar options given, or None when there are none."""
     from guided import ConstrainedSession
 
-    options = dict(any_whitespace=args.any_whitespace, strict=not args.no_strict, lenient=args.lenient,
-                   max_reasoning_tokens=args.max_reasoning_tokens)
+    options = dict(
+        any_whitespace=args.any_whitespace,
+        strict=not args.no_strict,
+        lenient=args.lenient,
+        max_reasoning_tokens=args.max_reasoning_tokens,
+    )
     if args.schema:  # inline JSON or a file path: `guided.spec.load_schema` tells them apart
         return ConstrainedSession(model, schema=args.schema, **options)
     if args.json_object:
@@ -108,8 +130,10 @@ def print_stats(result, verbose: bool = False) -> None:
     t = result.timings
     extra = f", {result.forced_tokens} jump-forward" if result.forced_tokens else ""
     if verbose:
-        extra += (f", {result.forward_passes} forward passes ({result.tokens_per_pass:.2f} tokens each), "
-                  f"{result.accepted_tokens} of {result.drafted_tokens} draft tokens accepted")
+        extra += (
+            f", {result.forward_passes} forward passes ({result.tokens_per_pass:.2f} tokens each), "
+            f"{result.accepted_tokens} of {result.drafted_tokens} draft tokens accepted"
+        )
     print(
         f"[{result.usage.completion_tokens} tokens{extra}, finish={result.finish_reason}, TTFT {t.ttft:.2f} s, "
         f"prefill {t.prefill_tps:.1f} tok/s, decode {t.decode_tps:.1f} tok/s, total {t.total:.2f} s, "

@@ -23,8 +23,12 @@ def register(sub) -> None:
     p.add_argument("--keep-embedding", action="store_true", help="keep embed_tokens / lm_head unquantized")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument("--dry-run", action="store_true", help="read and check the source; write nothing")
-    p.add_argument("--verify", action="store_true", help="check perplexity, a greedy answer (and agreement with --reference)")
-    p.add_argument("--reference", help="float export to compare a quantized export with (top-1 agreement, with --verify)")
+    p.add_argument(
+        "--verify", action="store_true", help="check perplexity, a greedy answer (and agreement with --reference)"
+    )
+    p.add_argument(
+        "--reference", help="float export to compare a quantized export with (top-1 agreement, with --verify)"
+    )
     p.add_argument("--list-recipes", action="store_true", help="list the known recipes and exit")
     p.add_argument("--cache-dir", help="cache root for registry models (default: $COREAI_HOME or ~/.cache/coreai)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -47,10 +51,16 @@ def run(args) -> int:
         source = store.assemble_gguf(entry, args.cache_dir)
         recipe = recipe or entry.family
         if verify:
-            verify = {"max_perplexity": entry.max_perplexity, "prompt": entry.expect_prompt,
-                      "expect": entry.expect_answer, "chat": entry.chat}
+            verify = {
+                "max_perplexity": entry.max_perplexity,
+                "prompt": entry.expect_prompt,
+                "expect": entry.expect_answer,
+                "chat": entry.chat,
+            }
     elif not Path(source).exists():
-        raise FileNotFoundError(f"{source}: no such file or folder, and not a registry model (known: {', '.join(store.REGISTRY)})")
+        raise FileNotFoundError(
+            f"{source}: no such file or folder, and not a registry model (known: {', '.join(store.REGISTRY)})"
+        )
     if verify and args.reference:
         verify = dict(verify) if isinstance(verify, dict) else {}
         verify["reference"] = args.reference

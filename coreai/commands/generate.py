@@ -10,13 +10,18 @@ from coreai.commands import common
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text (optionally constrained by a schema or grammar)")
-    p.add_argument("model", nargs="?", default=None, help="registry name, MLX folder or repo id (default: the embedded model)")
+    p.add_argument(
+        "model", nargs="?", default=None, help="registry name, MLX folder or repo id (default: the embedded model)"
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt (a user message when the model has a chat template)")
     src.add_argument("--messages", type=Path, help="JSON file with a list of chat messages")
     p.add_argument("--no-chat-template", action="store_true", help="send --prompt as plain text")
-    p.add_argument("--no-thinking", action="store_true",
-                   help="thinking models: pass enable_thinking=false to the chat template (no reasoning block)")
+    p.add_argument(
+        "--no-thinking",
+        action="store_true",
+        help="thinking models: pass enable_thinking=false to the chat template (no reasoning block)",
+    )
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     common.add_sampling_args(p)
     common.add_model_args(p)
@@ -34,9 +39,14 @@ def run(args) -> int:
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     model = common.load_model(args)
     session = common.constrained_session(model, args)
-    kwargs = dict(max_tokens=args.max_tokens, sampling=sampling, stop=args.stop or None,
-                  chat_template=not args.no_chat_template, speculative=args.speculative,
-                  chat_template_kwargs={"enable_thinking": False} if args.no_thinking else None)
+    kwargs = dict(
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        stop=args.stop or None,
+        chat_template=not args.no_chat_template,
+        speculative=args.speculative,
+        chat_template_kwargs={"enable_thinking": False} if args.no_thinking else None,
+    )
     runner = session if session is not None else model
     if args.stream:
         result = None

@@ -15,20 +15,39 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="run the OpenAI-compatible server (guided response_format and tools)")
-    p.add_argument("model", nargs="?", default=store.DEFAULT_MODEL,
-                   help="registry name, MLX folder or Hugging Face repo id (default: %(default)s)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        default=store.DEFAULT_MODEL,
+        help="registry name, MLX folder or Hugging Face repo id (default: %(default)s)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     p.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
-    p.add_argument("--max-tokens", type=int, default=1024,
-                   help="default and upper bound of completion tokens per request (default: %(default)s)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=1024,
+        help="default and upper bound of completion tokens per request (default: %(default)s)",
+    )
     p.add_argument("--temperature", type=float, default=0.7, help="default temperature (default: %(default)s)")
-    p.add_argument("--max-queue", type=int, default=16,
-                   help="requests that may wait while one generates; more get 429 (default: %(default)s)")
-    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
-                   help="larger request bodies get 413 (default: %(default)s)")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
-                   help="compute dtype (default: float32 on the CPU, stored dtype on Metal)")
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=16,
+        help="requests that may wait while one generates; more get 429 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=4 * 1024 * 1024,
+        help="larger request bodies get 413 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "bfloat16"),
+        help="compute dtype (default: float32 on the CPU, stored dtype on Metal)",
+    )
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
     common.add_speculative_arg(p, default="prompt_lookup")
     p.set_defaults(func=run)
@@ -55,9 +74,14 @@ def run(args) -> int:
     except OSError as exc:
         raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
-    config = ServerConfig(api_key=args.api_key, max_tokens=args.max_tokens, temperature=args.temperature,
-                          max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
-                          speculative=None if args.speculative == "off" else args.speculative)
+    config = ServerConfig(
+        api_key=args.api_key,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes,
+        speculative=None if args.speculative == "off" else args.speculative,
+    )
     app = create_app(model, config)
     print(f"coreai serve: {model.name} on http://{args.host}:{args.port}/v1 (docs at /docs)", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info" if args.verbose else "warning"))

@@ -79,8 +79,12 @@ class Guard:
             given = headers.get("authorization", "")
             expected = f"Bearer {self.config.api_key}"
             if not hmac.compare_digest(given.encode(), expected.encode()):
-                error = APIError(401, "missing or incorrect API key (send Authorization: Bearer <key>)",
-                                 param=None, code="invalid_api_key")
+                error = APIError(
+                    401,
+                    "missing or incorrect API key (send Authorization: Bearer <key>)",
+                    param=None,
+                    code="invalid_api_key",
+                )
                 return await error.response()(scope, receive, send)
         limit = self.config.max_body_bytes
         too_large = APIError(413, f"the request body exceeds {limit} bytes", code="request_too_large")
@@ -124,6 +128,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         info = None
     constraints = Constraints(model, info)
     import jsonschema  # noqa: F401 - the final output check's import (seconds) at start-up, not in a first request
+
     created = int(time.time())
 
     @contextlib.asynccontextmanager
@@ -131,9 +136,13 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         yield
         engine.close()
 
-    app = FastAPI(title="coreai-mlx", version="0.1.0", lifespan=lifespan,
-                  description="OpenAI-compatible local server; response_format, structured_outputs and tools "
-                              "are enforced by guided generation.")
+    app = FastAPI(
+        title="coreai-mlx",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="OpenAI-compatible local server; response_format, structured_outputs and tools "
+        "are enforced by guided generation.",
+    )
     app.add_middleware(Guard, config=config)
     install_error_handlers(app)
 
@@ -147,11 +156,21 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
 
     def check_model(requested: str) -> None:
         if requested != name:
-            raise APIError(404, f"the model {requested!r} does not exist; this server serves {name!r}",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model {requested!r} does not exist; this server serves {name!r}",
+                param="model",
+                code="model_not_found",
+            )
 
-    def generation_params(req: s.SamplingFields, prompt_ids: list[int], constraint: Constraint | None,
-                          max_tokens: int | None, logprobs: bool, top_logprobs: int) -> GenerationParams:
+    def generation_params(
+        req: s.SamplingFields,
+        prompt_ids: list[int],
+        constraint: Constraint | None,
+        max_tokens: int | None,
+        logprobs: bool,
+        top_logprobs: int,
+    ) -> GenerationParams:
         if max_tokens is not None and max_tokens > config.max_tokens:
             field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
             raise bad_request(f"{field} must be <= {config.max_tokens} on this server", field)
@@ -159,9 +178,11 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         if model.context_length:
             room = model.context_length - len(prompt_ids)
             if room < 1:
-                raise bad_request(f"the prompt has {len(prompt_ids)} tokens; the model's context is "
-                                  f"{model.context_length}", "messages" if hasattr(req, "messages") else "prompt",
-                                  "context_length_exceeded")
+                raise bad_request(
+                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {model.context_length}",
+                    "messages" if hasattr(req, "messages") else "prompt",
+                    "context_length_exceeded",
+                )
             budget = min(budget, room)  # cut at the context: finish_reason "length" says so
         try:  # SamplingParams checks the ranges: one place for the API, the CLI and the server
             sampling = SamplingParams(
@@ -176,20 +197,31 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
             )
         except ValueError as exc:
             raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from None
-        return GenerationParams(prompt_ids, sampling, budget, req.stop_list(),
-                                constraint.session if constraint else None, logprobs, top_logprobs,
-                                config.speculative, getattr(req, "chat_template_kwargs", None))
+        return GenerationParams(
+            prompt_ids,
+            sampling,
+            budget,
+            req.stop_list(),
+            constraint.session if constraint else None,
+            logprobs,
+            top_logprobs,
+            config.speculative,
+            getattr(req, "chat_template_kwargs", None),
+        )
 
     def prepare_chat(req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         constraint = constraints.for_chat(req)
-        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
+        tools = (
+            [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
+        )
         messages = [_template_message(m, i) for i, m in enumerate(req.messages)]
         try:
             ids = model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
-        params = generation_params(req, ids, constraint, req.max_completion_tokens or req.max_tokens,
-                                   req.logprobs, req.top_logprobs or 0)
+        params = generation_params(
+            req, ids, constraint, req.max_completion_tokens or req.max_tokens, req.logprobs, req.top_logprobs or 0
+        )
         return params, constraint
 
     def prepare_completion(req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
@@ -215,8 +247,9 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         try:
             return engine.submit(params)
         except QueueFull as exc:
-            raise APIError(429, str(exc), "rate_limit_error", None, "queue_full",
-                           headers={"Retry-After": str(exc.retry_after)}) from None
+            raise APIError(
+                429, str(exc), "rate_limit_error", None, "queue_full", headers={"Retry-After": str(exc.retry_after)}
+            ) from None
 
     async def respond(req, request: Request, prepare, reply_class):
         check_model(req.model)
@@ -272,10 +305,12 @@ def _template_message(m, index: int) -> dict:
             try:
                 arguments = json.loads(call.function.arguments)
             except ValueError:
-                raise bad_request("tool call arguments must be JSON text",
-                                  f"messages[{index}].tool_calls[{j}].function.arguments") from None
-            calls.append({"id": call.id, "type": "function",
-                          "function": {"name": call.function.name, "arguments": arguments}})
+                raise bad_request(
+                    "tool call arguments must be JSON text", f"messages[{index}].tool_calls[{j}].function.arguments"
+                ) from None
+            calls.append(
+                {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+            )
         out["tool_calls"] = calls
     if isinstance(m, s.ToolMessage):
         out["tool_call_id"] = m.tool_call_id
@@ -314,8 +349,12 @@ async def _sse(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
             yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
     except Exception as exc:  # noqa: BLE001 - logged with its traceback, reported without it
         log.exception("internal error while streaming")
-        error = {"message": f"internal server error ({type(exc).__name__})", "type": "server_error",
-                 "param": None, "code": None}
+        error = {
+            "message": f"internal server error ({type(exc).__name__})",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
         yield f"data: {json.dumps({'error': error})}\n\n"
     yield "data: [DONE]\n\n"
 
@@ -324,11 +363,17 @@ def _usage(result: GenerationResult) -> s.UsageInfo:
     """OpenAI's usage; speculative drafts are reported as OpenAI reports predicted outputs
     (`completion_tokens_details.accepted_prediction_tokens` / `rejected_prediction_tokens`)."""
     u = result.usage
-    details = s.CompletionTokensDetails(accepted_prediction_tokens=result.accepted_tokens,
-                                        rejected_prediction_tokens=result.drafted_tokens - result.accepted_tokens)
-    return s.UsageInfo(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
-                       total_tokens=u.total_tokens, prompt_tokens_details=s.PromptTokensDetails(cached_tokens=u.cached_tokens),
-                       completion_tokens_details=details)
+    details = s.CompletionTokensDetails(
+        accepted_prediction_tokens=result.accepted_tokens,
+        rejected_prediction_tokens=result.drafted_tokens - result.accepted_tokens,
+    )
+    return s.UsageInfo(
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        total_tokens=u.total_tokens,
+        prompt_tokens_details=s.PromptTokensDetails(cached_tokens=u.cached_tokens),
+        completion_tokens_details=details,
+    )
 
 
 def _finish_reason(result: GenerationResult, calls: list[ParsedCall]) -> str:
@@ -392,23 +437,37 @@ class ChatReply(_Reply):
         else:
             content = text
         finish = _finish_reason(result, calls)
-        tool_calls = [s.ResponseToolCall(id=c.id, function=s.ResponseFunctionCall(name=c.name, arguments=c.arguments))
-                      for c in calls] or None
-        message = s.ResponseMessage(content=content if content or not calls else None, tool_calls=tool_calls,
-                                    reasoning_content=reasoning)
+        tool_calls = [
+            s.ResponseToolCall(id=c.id, function=s.ResponseFunctionCall(name=c.name, arguments=c.arguments))
+            for c in calls
+        ] or None
+        message = s.ResponseMessage(
+            content=content if content or not calls else None, tool_calls=tool_calls, reasoning_content=reasoning
+        )
         logprobs = None
         if self.req.logprobs:
             logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])])
         choice = s.ChatChoice(message=message, logprobs=logprobs, finish_reason=finish)
-        return s.ChatCompletion(id=self.id, created=self.created, model=self.name, choices=[choice],
-                                usage=_usage(result))
+        return s.ChatCompletion(
+            id=self.id, created=self.created, model=self.name, choices=[choice], usage=_usage(result)
+        )
 
     def chunk(self, delta: s.ChunkDelta, finish: str | None = None, logprobs: s.ChoiceLogprobs | None = None) -> dict:
         """A `chat.completion.chunk`; the delta carries only the fields it sets, as OpenAI's do."""
-        choice = {"index": 0, "delta": delta.model_dump(exclude_none=True),
-                  "logprobs": logprobs.model_dump() if logprobs else None, "finish_reason": finish}
-        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.name,
-                 "system_fingerprint": None, "choices": [choice]}
+        choice = {
+            "index": 0,
+            "delta": delta.model_dump(exclude_none=True),
+            "logprobs": logprobs.model_dump() if logprobs else None,
+            "finish_reason": finish,
+        }
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.name,
+            "system_fingerprint": None,
+            "choices": [choice],
+        }
         if self.req.stream_options and self.req.stream_options.include_usage:
             chunk["usage"] = None  # OpenAI: null on every chunk but the last
         return chunk
@@ -454,16 +513,27 @@ class ChatReply(_Reply):
             logprobs = self.logprobs(pending_logprobs) if pending_logprobs else None
             yield self.chunk(s.ChunkDelta(), finish, logprobs)
             if self.req.stream_options and self.req.stream_options.include_usage:
-                yield {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.name,
-                       "system_fingerprint": None, "choices": [], "usage": _usage(result).model_dump()}
+                yield {
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.name,
+                    "system_fingerprint": None,
+                    "choices": [],
+                    "usage": _usage(result).model_dump(),
+                }
         finally:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
     def _delta(self, x, parser: ToolCallParser | None, content: list[str], logprobs: list[TokenLogprob]) -> dict:
         lp = self.logprobs(logprobs) if logprobs and self.req.logprobs else None
         if isinstance(x, ParsedCall):
-            call = s.ChunkToolCall(index=x.index, id=x.id, type="function",
-                                   function=s.ChunkFunctionCall(name=x.name, arguments=x.arguments))
+            call = s.ChunkToolCall(
+                index=x.index,
+                id=x.id,
+                type="function",
+                function=s.ChunkFunctionCall(name=x.name, arguments=x.arguments),
+            )
             return self.chunk(s.ChunkDelta(tool_calls=[call]), None, lp)
         content.append(x)
         return self.chunk(s.ChunkDelta(content=x), None, lp)
@@ -484,16 +554,16 @@ class CompletionReply(_Reply):
             tops.append({self.token(i)[0]: max(v, -9999.0) for i, v in e.top})
             offsets.append(offset)
             offset += len(text)
-        return s.CompletionLogprobs(tokens=tokens, token_logprobs=values,
-                                    top_logprobs=tops if self.req.logprobs else None, text_offset=offsets)
+        return s.CompletionLogprobs(
+            tokens=tokens, token_logprobs=values, top_logprobs=tops if self.req.logprobs else None, text_offset=offsets
+        )
 
     def complete(self, pieces: list[Piece], result: GenerationResult) -> s.Completion:
         text = "".join(p.text for p in pieces)
         logprobs = None
         if self.req.logprobs is not None:
             logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
-        choice = s.CompletionChoice(text=text, logprobs=logprobs,
-                                    finish_reason=_finish_reason(result, []))
+        choice = s.CompletionChoice(text=text, logprobs=logprobs, finish_reason=_finish_reason(result, []))
         return s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice], usage=_usage(result))
 
     def chunk(self, text: str, finish: str | None, logprobs: s.CompletionLogprobs | None = None) -> dict:
@@ -518,7 +588,13 @@ class CompletionReply(_Reply):
             yield self.chunk("", _finish_reason(result, []))
             if self.req.stream_options and self.req.stream_options.include_usage:
                 usage = _usage(result).model_dump()
-                yield {"id": self.id, "object": "text_completion", "created": self.created, "model": self.name,
-                       "choices": [], "usage": usage}
+                yield {
+                    "id": self.id,
+                    "object": "text_completion",
+                    "created": self.created,
+                    "model": self.name,
+                    "choices": [],
+                    "usage": usage,
+                }
         finally:
             job.cancel.set()

@@ -14,8 +14,9 @@ from coreai.server.app import ServerConfig, create_app
 
 
 @contextlib.contextmanager
-def serve_in_thread(model, config: ServerConfig | None = None, host: str = "127.0.0.1",
-                    start_timeout: float = 60.0) -> Iterator[str]:
+def serve_in_thread(
+    model, config: ServerConfig | None = None, host: str = "127.0.0.1", start_timeout: float = 60.0
+) -> Iterator[str]:
     """A real uvicorn server for `model` on a free port of `host`; yields its base URL
     ("http://127.0.0.1:PORT") and shuts it down on exit. Raises RuntimeError if it does not start
     within `start_timeout` seconds."""

@@ -25,15 +25,23 @@ QUESTION = [{"role": "user", "content": "Write a Python function that checks whe
 # About 950 tokens of a plausible shared system prompt: policy text repeated with numbered rules.
 SYSTEM = "You are a careful assistant for an engineering team. " + " ".join(
     f"Rule {i}: answer precisely, cite the relevant file and line when you refer to code, prefer short "
-    f"examples, and say so when you are unsure about rule {i}." for i in range(1, 26))
+    f"examples, and say so when you are unsure about rule {i}."
+    for i in range(1, 26)
+)
 
 
 def _stream(base: str, messages, max_tokens: int) -> dict:
     """One streamed greedy request: TTFT (s, to the first content), decode tok/s, usage."""
     import httpx
 
-    body = {"model": "bench", "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "bench",
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     first = last = None
     usage = None
@@ -48,9 +56,13 @@ def _stream(base: str, messages, max_tokens: int) -> dict:
                 first = first or time.perf_counter()
                 last = time.perf_counter()
     n = usage["completion_tokens"]
-    return {"ttft": first - start, "decode_tps": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
-            "completion_tokens": n, "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
-            "prompt_tokens": usage["prompt_tokens"]}
+    return {
+        "ttft": first - start,
+        "decode_tps": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
+        "completion_tokens": n,
+        "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
+        "prompt_tokens": usage["prompt_tokens"],
+    }
 
 
 def main(argv=None) -> int:
@@ -87,16 +99,25 @@ def main(argv=None) -> int:
         "in_process_decode_tps_runs": [r.timings.decode_tps for r in local],
         "server_decode_tps_runs": [r["decode_tps"] for r in served],
         "completion_tokens": [r.usage.completion_tokens for r in local],
-        "prefix_cache": {"prompt_tokens": cold["prompt_tokens"], "ttft_cold": cold["ttft"], "ttft_warm": warm["ttft"],
-                         "cached_tokens_warm": warm["cached_tokens"], "cached_tokens_cold": cold["cached_tokens"],
-                         "ttft_saved": cold["ttft"] - warm["ttft"]},
+        "prefix_cache": {
+            "prompt_tokens": cold["prompt_tokens"],
+            "ttft_cold": cold["ttft"],
+            "ttft_warm": warm["ttft"],
+            "cached_tokens_warm": warm["cached_tokens"],
+            "cached_tokens_cold": cold["cached_tokens"],
+            "ttft_saved": cold["ttft"] - warm["ttft"],
+        },
     }
     results["server_over_in_process"] = results["server_decode_tps"] / max(results["in_process_decode_tps"], 1e-9)
     pc = results["prefix_cache"]
-    print(f"decode tok/s: in process {results['in_process_decode_tps']:.2f}, server {results['server_decode_tps']:.2f} "
-          f"(ratio {results['server_over_in_process']:.3f}; target >= 0.95)")
-    print(f"TTFT, {pc['prompt_tokens']}-token prompt: cold {pc['ttft_cold']:.3f} s ({pc['cached_tokens_cold']} cached), "
-          f"warm {pc['ttft_warm']:.3f} s ({pc['cached_tokens_warm']} cached), saved {pc['ttft_saved']:.3f} s")
+    print(
+        f"decode tok/s: in process {results['in_process_decode_tps']:.2f}, server {results['server_decode_tps']:.2f} "
+        f"(ratio {results['server_over_in_process']:.3f}; target >= 0.95)"
+    )
+    print(
+        f"TTFT, {pc['prompt_tokens']}-token prompt: cold {pc['ttft_cold']:.3f} s ({pc['cached_tokens_cold']} cached), "
+        f"warm {pc['ttft_warm']:.3f} s ({pc['cached_tokens_warm']} cached), saved {pc['ttft_saved']:.3f} s"
+    )
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
     print(f"written {args.out}")

@@ -14,8 +14,13 @@ from dataclasses import dataclass
 from coreai.errors import GrammarError, SchemaError
 from coreai.server import tools as tool_format
 from coreai.server.errors import bad_request, from_library_error
-from coreai.server.schemas import (ChatCompletionRequest, JsonObjectFormat, JsonSchemaFormat, NamedToolChoice,
-                                   SamplingFields)
+from coreai.server.schemas import (
+    ChatCompletionRequest,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    NamedToolChoice,
+    SamplingFields,
+)
 from guided import ConstrainedSession, TokenizerInfo
 from runtime import Model
 
@@ -40,10 +45,12 @@ class Constraints:
         self.tokenizer = tokenizer
         hf = model.tokenizer.hf
         self.supports_tools = tokenizer is not None and tool_format.template_supports_tools(
-            getattr(hf, "chat_template", None))
+            getattr(hf, "chat_template", None)
+        )
         if self.supports_tools:
-            self.tags = tuple(tool_format.token_ref(t, hf, tokenizer.ll_tokenizer)
-                              for t in (tool_format.OPEN, tool_format.CLOSE))
+            self.tags = tuple(
+                tool_format.token_ref(t, hf, tokenizer.ll_tokenizer) for t in (tool_format.OPEN, tool_format.CLOSE)
+            )
 
     def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
@@ -64,8 +71,9 @@ class Constraints:
             spec = response_format.json_schema
             schema = spec.schema_ if spec.schema_ is not None else {}
             # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
-            return Constraint(self._session("response_format.json_schema.schema", req, schema=schema,
-                                            strict=spec.strict is not False))
+            return Constraint(
+                self._session("response_format.json_schema.schema", req, schema=schema, strict=spec.strict is not False)
+            )
         so = req.structured_outputs
         if so is None:
             return None
@@ -84,8 +92,11 @@ class Constraints:
         if mode is None:
             return structured
         if structured is not None:
-            raise bad_request("response_format / structured_outputs cannot be combined with tools; "
-                              "pass tool_choice: \"none\" to use them", "response_format")
+            raise bad_request(
+                "response_format / structured_outputs cannot be combined with tools; "
+                'pass tool_choice: "none" to use them',
+                "response_format",
+            )
         schemas = {}
         for i, tool in enumerate(req.tools):
             param = f"tools[{i}].function.parameters"
@@ -98,8 +109,9 @@ class Constraints:
         allowed = {f.name: schemas[f.name] for f in functions}
         # A named function means exactly one call of it, as OpenAI does, whatever parallel_tool_calls says.
         parallel = req.parallel_tool_calls and not isinstance(req.tool_choice, NamedToolChoice)
-        grammar = tool_format.tool_grammar(allowed, mode=mode, parallel=parallel,
-                                           open_ref=self.tags[0], close_ref=self.tags[1])
+        grammar = tool_format.tool_grammar(
+            allowed, mode=mode, parallel=parallel, open_ref=self.tags[0], close_ref=self.tags[1]
+        )
         check = functools.partial(tool_format.call_errors, functions=allowed)
         return Constraint(self._session("tools", req, grammar=grammar, check=check), mode)
 
@@ -108,8 +120,10 @@ class Constraints:
         if not req.tools or req.tool_choice == "none":
             return None, []
         if not self.supports_tools:
-            raise bad_request("this model's chat template has no tool-call format this server knows "
-                              "(Hermes/Qwen2.5 <tool_call>)", "tools")
+            raise bad_request(
+                "this model's chat template has no tool-call format this server knows (Hermes/Qwen2.5 <tool_call>)",
+                "tools",
+            )
         names = [t.function.name for t in req.tools]
         if len(set(names)) != len(names):
             raise bad_request("tool function names must be unique", "tools")
@@ -118,6 +132,7 @@ class Constraints:
         if choice in ("auto", "required"):
             return choice, functions
         if choice.function.name not in names:
-            raise bad_request(f"tool_choice names the function {choice.function.name!r}, which is not in tools",
-                              "tool_choice")
+            raise bad_request(
+                f"tool_choice names the function {choice.function.name!r}, which is not in tools", "tool_choice"
+            )
         return "required", [f for f in functions if f.name == choice.function.name]

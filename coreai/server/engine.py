@@ -88,8 +88,14 @@ class Engine:
         runner = p.session or self.model
         try:
             for delta in runner.stream(
-                p.prompt_ids, sampling=p.sampling, max_tokens=p.max_tokens, stop=p.stop or None, cancel=cancel,
-                prompt_cache=self.prompt_cache, logprobs=p.logprobs, speculative=p.speculative,
+                p.prompt_ids,
+                sampling=p.sampling,
+                max_tokens=p.max_tokens,
+                stop=p.stop or None,
+                cancel=cancel,
+                prompt_cache=self.prompt_cache,
+                logprobs=p.logprobs,
+                speculative=p.speculative,
                 chat_template_kwargs=p.chat_template_kwargs,
             ):
                 logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
@@ -97,11 +103,20 @@ class Engine:
                     yield Piece(delta.text, logprobs)
                 if delta.result is not None:
                     r = delta.result
-                    log.info("prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
-                             "%d of %d draft tokens accepted, finish %s%s", r.usage.prompt_tokens,
-                             r.usage.cached_tokens, r.timings.ttft, r.usage.completion_tokens, r.timings.decode_tps,
-                             r.forward_passes, r.accepted_tokens, r.drafted_tokens, r.finish_reason,
-                             f" ({r.error})" if r.error else "")
+                    log.info(
+                        "prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
+                        "%d of %d draft tokens accepted, finish %s%s",
+                        r.usage.prompt_tokens,
+                        r.usage.cached_tokens,
+                        r.timings.ttft,
+                        r.usage.completion_tokens,
+                        r.timings.decode_tps,
+                        r.forward_passes,
+                        r.accepted_tokens,
+                        r.drafted_tokens,
+                        r.finish_reason,
+                        f" ({r.error})" if r.error else "",
+                    )
                     yield r
         except Exception:
             # A failure mid-step may leave the KV cache and its token list out of step: start afresh.

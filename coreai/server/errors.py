@@ -22,8 +22,15 @@ log = logging.getLogger("coreai.server")
 class APIError(Exception):
     """An error answered as an OpenAI error object."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers
@@ -79,14 +86,21 @@ def validation_error(exc: RequestValidationError) -> APIError:
     the member that matched furthest). Unknown fields say that they are not supported, so a client
     learns a parameter was refused rather than ignored."""
     body = getattr(exc, "body", None)
-    errors = [(field_path(e.get("loc", ()), body), e) for e in exc.errors()] or [("", {"type": "", "msg": "invalid request"})]
+    errors = [(field_path(e.get("loc", ()), body), e) for e in exc.errors()] or [
+        ("", {"type": "", "msg": "invalid request"})
+    ]
     param, first = max(errors, key=lambda pe: len(pe[0]))  # max keeps the first among equals
     kind = first.get("type", "")
     if kind == "json_invalid":
-        return bad_request(f"malformed JSON body: {first.get('ctx', {}).get('error', first['msg'])}", None, "invalid_json")
+        return bad_request(
+            f"malformed JSON body: {first.get('ctx', {}).get('error', first['msg'])}", None, "invalid_json"
+        )
     if kind == "extra_forbidden":
-        return bad_request(f"{param}: this server does not support the field {param.rsplit('.', 1)[-1]!r}",
-                           param, "unsupported_parameter")
+        return bad_request(
+            f"{param}: this server does not support the field {param.rsplit('.', 1)[-1]!r}",
+            param,
+            "unsupported_parameter",
+        )
     msg = first.get("msg", "invalid value").removeprefix("Value error, ")
     return bad_request(f"{param or 'body'}: {msg}", param or None, "invalid_value")
 

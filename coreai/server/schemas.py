@@ -23,6 +23,7 @@ class Request(BaseModel):
 
 # ---- chat messages -------------------------------------------------------------------------------
 
+
 class TextPart(Request):
     type: Literal["text"]
     text: str
@@ -69,6 +70,7 @@ Message = Annotated[Union[SystemMessage, UserMessage, AssistantMessage, ToolMess
 
 
 # ---- tools and structured output ------------------------------------------------------------------
+
 
 class FunctionDefinition(Request):
     name: str = Field(pattern=FUNCTION_NAME)
@@ -138,6 +140,7 @@ class StreamOptions(Request):
 
 # ---- requests -------------------------------------------------------------------------------------
 
+
 class SamplingFields(Request):
     """Fields shared by chat and legacy completions. The sampling fields' ranges are checked in one
     place, `runtime.SamplingParams` (a 400 naming the field)."""
@@ -175,10 +178,13 @@ class SamplingFields(Request):
     def _no_stop_in_constrained_output(self):
         # A stop string would cut a grammar-constrained output, which then no longer validates.
         constrained = self.structured_outputs is not None or (
-            getattr(self, "response_format", None) is not None and self.response_format.type != "text")
+            getattr(self, "response_format", None) is not None and self.response_format.type != "text"
+        )
         if self.stop and constrained:
-            raise ValueError("stop cannot be combined with response_format or structured_outputs: it would cut the "
-                             "constrained output; the grammar already decides where the output ends")
+            raise ValueError(
+                "stop cannot be combined with response_format or structured_outputs: it would cut the "
+                "constrained output; the grammar already decides where the output ends"
+            )
         return self
 
     def stop_list(self) -> list[str]:
@@ -217,6 +223,7 @@ class CompletionRequest(SamplingFields):
 
 
 # ---- responses ------------------------------------------------------------------------------------
+
 
 class TopLogprob(BaseModel):
     token: str

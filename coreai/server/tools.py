@@ -19,10 +19,10 @@ Grammars (llguidance Lark, compiled by `guided`):
   (", " and ": "), so constrained output looks like the calls the model saw in training.
 - `auto`: free text until the model starts a call block, from where the call is constrained exactly
   like above. An output that starts with `{` must be one bare call JSON (no tags), which small
-  models often write instead of a block. When `<tool_call>` is a special token it ends the text lexeme by itself; when it is
-  text, a *lazy* lexeme `TEXT "<tool_call>"` ends at its first occurrence. This is the pattern of
-  llguidance's own `StructTag.to_grammar` (llguidance `_struct_tag.py`; docs/syntax.md "Tool
-  calling"), written out here because `StructTag` cannot say "at most one call"
+  models often write instead of a block. When `<tool_call>` is a special token it ends the text
+  lexeme by itself; when it is text, a *lazy* lexeme `TEXT "<tool_call>"` ends at its first
+  occurrence. This is the pattern of llguidance's own `StructTag.to_grammar` (llguidance
+  `_struct_tag.py`; docs/syntax.md "Tool calling"), written out here because `StructTag` cannot say "at most one call"
   (`parallel_tool_calls: false`).
 """
 
@@ -83,7 +83,7 @@ def tool_grammar(functions: dict[str, object], *, mode: str, parallel: bool, ope
     body = json.dumps(call_schema(functions), ensure_ascii=False)
     if mode == "required":
         calls = 'call ("\\n" call)*' if parallel else "call"
-        return f"%llguidance {{}}\nstart: {calls}\ncall: {open_ref} \"\\n\" %json {body} \"\\n\" {close_ref}\n"
+        return f'%llguidance {{}}\nstart: {calls}\ncall: {open_ref} "\\n" %json {body} "\\n" {close_ref}\n'
     if mode != "auto":
         raise ValueError(f"mode must be 'required' or 'auto', got {mode!r}")
     # Text may not start with "{": an output that does must be one bare call JSON (small models often
@@ -95,7 +95,7 @@ def tool_grammar(functions: dict[str, object], *, mode: str, parallel: bool, ope
         f"start: PLAIN | {'call+' if parallel else 'call'} | %json {body}\n"
         "PLAIN: /([^{](.|\\n)*)?/\n"
         f"call_open{lazy}: PLAIN {open_ref}\n"
-        f"call: call_open \"\\n\" %json {body} \"\\n\" {close_ref}\n"
+        f'call: call_open "\\n" %json {body} "\\n" {close_ref}\n'
     )
 
 
@@ -169,19 +169,21 @@ class ToolCallParser:
                 end = self._buf.find(CLOSE)
                 if end < 0:
                     return out
-                body, self._buf = self._buf[:end], self._buf[end + len(CLOSE):]
+                body, self._buf = self._buf[:end], self._buf[end + len(CLOSE) :]
                 self._in_call = False
                 out += self._call(body, closed=True)
                 continue
             start = self._buf.find(OPEN)
             if start >= 0:
-                text, self._buf = self._buf[:start], self._buf[start + len(OPEN):]
+                text, self._buf = self._buf[:start], self._buf[start + len(OPEN) :]
                 out += self._content(text)
                 self._held_space = ""  # whitespace right before a call is not content
                 self._in_call = True
                 continue
-            keep = next((k for k in range(min(len(OPEN) - 1, len(self._buf)), 0, -1) if self._buf.endswith(OPEN[:k])), 0)
-            text, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep:]
+            keep = next(
+                (k for k in range(min(len(OPEN) - 1, len(self._buf)), 0, -1) if self._buf.endswith(OPEN[:k])), 0
+            )
+            text, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
             return out + self._content(text)
 
     def finish(self) -> list:
@@ -223,7 +225,7 @@ class ToolCallParser:
             self._after_call = False
         text = self._held_space + text
         stripped = text.rstrip()
-        self._held_space = text[len(stripped):]
+        self._held_space = text[len(stripped) :]
         return [stripped] if stripped else []
 
 
