@@ -806,7 +806,7 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     import asyncio
 
     from coreai.server import schemas
-    from coreai.server.app import ChatReply
+    from coreai.server.replies import ChatReply
     from coreai.server.constraints import Constraint
     from coreai.server.engine import Piece
 

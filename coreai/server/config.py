@@ -1,0 +1,28 @@
+"""`ServerConfig`: the server's settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ServerConfig:
+    """Server settings.
+
+    model_name: the id clients send as `model` (default: the model's name).
+    api_key: required as `Authorization: Bearer <key>` on /v1 routes when set.
+    max_tokens: the default and the upper bound of a request's completion tokens.
+    temperature: the default sampling temperature.
+    max_queue: requests allowed to wait while one runs; more get 429.
+    max_body_bytes: request bodies above this get 413.
+    speculative: speculative decoding for every request ("prompt_lookup", "draft" with the model's
+        draft model, or None); the output does not change, only its speed.
+    """
+
+    model_name: str | None = None
+    api_key: str | None = None
+    max_tokens: int = 1024
+    temperature: float = 0.7
+    max_queue: int = 16
+    max_body_bytes: int = 4 * 1024 * 1024
+    speculative: str | None = "prompt_lookup"

@@ -1,0 +1,147 @@
+"""From a validated request to what the worker runs: the rendered prompt ids, the sampling
+parameters (checked once, by `SamplingParams`), the token budget and the guided session. Runs on a
+thread-pool thread, so a bad request is a 400 before it queues."""
+
+from __future__ import annotations
+
+import json
+
+from jinja2 import TemplateError
+
+from coreai.server import schemas as s
+from coreai.server.config import ServerConfig
+from coreai.server.constraints import Constraint, Constraints
+from coreai.server.engine import GenerationParams
+from coreai.server.errors import bad_request
+from runtime import Model, SamplingParams
+from runtime.reasoning import ReasoningMarkers, ReasoningTokens
+
+
+class Preparer:
+    """Prepares requests for one model and server configuration."""
+
+    def __init__(self, model: Model, config: ServerConfig, constraints: Constraints):
+        self.model, self.config, self.constraints = model, config, constraints
+
+    def generation_params(
+        self,
+        req: s.SamplingFields,
+        prompt_ids: list[int],
+        constraint: Constraint | None,
+        max_tokens: int | None,
+        logprobs: bool,
+        top_logprobs: int,
+    ) -> GenerationParams:
+        if max_tokens is not None and max_tokens > self.config.max_tokens:
+            field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
+            raise bad_request(f"{field} must be <= {self.config.max_tokens} on this server", field)
+        budget = max_tokens or self.config.max_tokens
+        if self.model.context_length:
+            room = self.model.context_length - len(prompt_ids)
+            if room < 1:
+                raise bad_request(
+                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.model.context_length}",
+                    "messages" if hasattr(req, "messages") else "prompt",
+                    "context_length_exceeded",
+                )
+            budget = min(budget, room)  # cut at the context: finish_reason "length" says so
+        try:  # SamplingParams checks the ranges: one place for the API, the CLI and the server
+            sampling = SamplingParams(
+                temperature=self.config.temperature if req.temperature is None else req.temperature,
+                top_p=1.0 if req.top_p is None else req.top_p,
+                top_k=req.top_k or 0,
+                min_p=req.min_p or 0.0,
+                repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+                presence_penalty=req.presence_penalty or 0.0,
+                frequency_penalty=req.frequency_penalty or 0.0,
+                seed=req.seed,
+            )
+        except ValueError as exc:
+            raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from None
+        return GenerationParams(
+            prompt_ids,
+            sampling,
+            budget,
+            req.stop_list(),
+            constraint.session if constraint else None,
+            logprobs,
+            top_logprobs,
+            self.config.speculative,
+            getattr(req, "chat_template_kwargs", None),
+        )
+
+    def chat(self, req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
+        """A chat request's generation and constraint (renders the template; 400 on bad input)."""
+        constraint = self.constraints.for_chat(req)
+        tools = (
+            [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
+        )
+        messages = [template_message(m, i) for i, m in enumerate(req.messages)]
+        try:
+            ids = self.model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
+        except (TemplateError, ValueError) as exc:
+            raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
+        params = self.generation_params(
+            req, ids, constraint, req.max_completion_tokens or req.max_tokens, req.logprobs, req.top_logprobs or 0
+        )
+        return params, constraint
+
+    def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
+        """A legacy completion request's generation and constraint (400 on bad input)."""
+        constraint = self.constraints.structured(req)
+        prompt = req.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            if len(prompt) != 1:
+                raise bad_request("only one prompt per request is supported", "prompt")
+            prompt = prompt[0]
+        if not prompt:
+            raise bad_request("the prompt is empty", "prompt")
+        if isinstance(prompt, list) and any(not 0 <= t < self.model.vocab_size for t in prompt):
+            raise bad_request(f"prompt token ids must be in [0, {self.model.vocab_size})", "prompt")
+        if isinstance(prompt, str) and req.parse_special_tokens:
+            ids = self.model.tokenizer.encode(prompt, parse_special=True)
+        else:
+            ids = self.model.prompt_ids(prompt, chat_template=False)  # special-token text stays text
+        want = req.logprobs is not None
+        params = self.generation_params(req, ids, constraint, req.max_tokens, want, req.logprobs or 0)
+        return params, constraint
+
+
+def reasoning_of(model: Model, req, prompt_ids: list[int]) -> tuple[ReasoningMarkers, bool] | None:
+    """(markers, whether the prompt opened the block) when a chat reply of a thinking model may
+    carry reasoning; None otherwise (no markers, thinking turned off, the template closed the block)."""
+    markers = model.tokenizer.reasoning_markers
+    if markers is None or not isinstance(req, s.ChatCompletionRequest):
+        return None
+    if (req.chat_template_kwargs or {}).get("enable_thinking") is False:
+        return None
+    try:
+        state = ReasoningTokens.of(markers, model.tokenizer.hf).prompt_state(prompt_ids)
+    except ValueError:
+        return None
+    return None if state == "closed" else (markers, state == "open")
+
+
+def template_message(m, index: int) -> dict:
+    """An OpenAI message as the chat template expects it: text content joined from its parts,
+    `developer` as `system`, tool-call arguments parsed from JSON text (templates render them with
+    `tojson`)."""
+    content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)
+    role = "system" if m.role == "developer" else m.role
+    out = {"role": role, "content": content}
+    if isinstance(m, s.AssistantMessage) and m.tool_calls:
+        calls = []
+        for j, call in enumerate(m.tool_calls):
+            try:
+                arguments = json.loads(call.function.arguments)
+            except ValueError:
+                raise bad_request(
+                    "tool call arguments must be JSON text", f"messages[{index}].tool_calls[{j}].function.arguments"
+                ) from None
+            calls.append(
+                {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+            )
+        out["tool_calls"] = calls
+    if isinstance(m, s.ToolMessage):
+        out["tool_call_id"] = m.tool_call_id
+    return out

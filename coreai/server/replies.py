@@ -1,0 +1,262 @@
+"""OpenAI response shapes of a finished or streaming generation: chat completions (content,
+`reasoning_content`, tool calls, logprobs) and legacy text completions, whole or as chunks."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import AsyncIterator
+
+from coreai.server import schemas as s
+from coreai.server.constraints import Constraint
+from coreai.server.engine import Piece, TokenLogprob
+from coreai.server.queue import Job
+from coreai.server.tools import ParsedCall, ToolCallParser
+from runtime import GenerationResult, Model
+from runtime.reasoning import ReasoningMarkers, ReasoningSplitter, split_reasoning
+
+log = logging.getLogger("coreai.server")
+
+
+def usage_info(result: GenerationResult) -> s.UsageInfo:
+    """OpenAI's usage; speculative drafts are reported as OpenAI reports predicted outputs
+    (`completion_tokens_details.accepted_prediction_tokens` / `rejected_prediction_tokens`)."""
+    u = result.usage
+    details = s.CompletionTokensDetails(
+        accepted_prediction_tokens=result.accepted_tokens,
+        rejected_prediction_tokens=result.drafted_tokens - result.accepted_tokens,
+    )
+    return s.UsageInfo(
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        total_tokens=u.total_tokens,
+        prompt_tokens_details=s.PromptTokensDetails(cached_tokens=u.cached_tokens),
+        completion_tokens_details=details,
+    )
+
+
+def openai_finish_reason(result: GenerationResult, calls: list[ParsedCall]) -> str:
+    """OpenAI's finish_reason for a result whose verdict is already in it (`ConstrainedSession` turns
+    a "stop" whose output breaks its constraint into "error").
+
+    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is dropped by
+    the parser; the complete ones were closed under the grammar): then "tool_calls"; "error" when the
+    grammar engine failed or the output is not valid; "tool_calls" when calls were made; else "stop".
+    """
+    reason = result.finish_reason
+    if reason == "stop" or (reason == "length" and calls):
+        return "tool_calls" if calls else "stop"
+    if reason != "length":  # "error" (the engine's or the final check's message), or "cancelled" with nobody listening
+        log.warning("generation ended with %s: %s", reason, result.error)
+    return "length" if reason == "length" else "error"
+
+
+class _Reply:
+    """Shared state of one response: ids, the tokenizer (for logprob token strings)."""
+
+    def __init__(self, req, constraint: Constraint | None, model: Model, name: str, prefix: str):
+        self.req, self.constraint, self.model, self.name = req, constraint, model, name
+        self.reasoning: tuple[ReasoningMarkers, bool] | None = None  # set by the route (see `_reasoning`)
+        self.id = prefix + uuid.uuid4().hex
+        self.created = int(time.time())
+
+    def token(self, token_id: int) -> tuple[str, list[int]]:
+        text = self.model.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text, list(text.encode("utf-8"))
+
+    def entry(self, token_id: int, logprob: float) -> s.TopLogprob:
+        text, raw = self.token(token_id)
+        return s.TopLogprob(token=text, logprob=max(logprob, -9999.0), bytes=raw)
+
+
+class ChatReply(_Reply):
+    """Builds a chat completion (or its chunks) from a job's pieces."""
+
+    def __init__(self, req: s.ChatCompletionRequest, constraint, model, name):
+        super().__init__(req, constraint, model, name, "chatcmpl-")
+        self.tools = constraint is not None and constraint.tool_mode is not None
+
+    def logprobs(self, entries: list[TokenLogprob]) -> s.ChoiceLogprobs:
+        content = []
+        for e in entries:
+            main = self.entry(e.id, e.logprob)
+            content.append(s.TokenLogprob(**main.model_dump(), top_logprobs=[self.entry(i, v) for i, v in e.top]))
+        return s.ChoiceLogprobs(content=content)
+
+    def complete(self, pieces: list[Piece], result: GenerationResult) -> s.ChatCompletion:
+        text = "".join(p.text for p in pieces)
+        reasoning = None
+        if self.reasoning is not None:
+            reasoning, text = split_reasoning(text, *self.reasoning)
+        calls: list[ParsedCall] = []
+        if self.tools:
+            parser = ToolCallParser()
+            content = "".join(x for x in parser.feed(text) + parser.finish() if isinstance(x, str))
+            calls = parser.calls
+        else:
+            content = text
+        finish = openai_finish_reason(result, calls)
+        tool_calls = [
+            s.ResponseToolCall(id=c.id, function=s.ResponseFunctionCall(name=c.name, arguments=c.arguments))
+            for c in calls
+        ] or None
+        message = s.ResponseMessage(
+            content=content if content or not calls else None, tool_calls=tool_calls, reasoning_content=reasoning
+        )
+        logprobs = None
+        if self.req.logprobs:
+            logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])])
+        choice = s.ChatChoice(message=message, logprobs=logprobs, finish_reason=finish)
+        return s.ChatCompletion(
+            id=self.id, created=self.created, model=self.name, choices=[choice], usage=usage_info(result)
+        )
+
+    def chunk(self, delta: s.ChunkDelta, finish: str | None = None, logprobs: s.ChoiceLogprobs | None = None) -> dict:
+        """A `chat.completion.chunk`; the delta carries only the fields it sets, as OpenAI's do."""
+        choice = {
+            "index": 0,
+            "delta": delta.model_dump(exclude_none=True),
+            "logprobs": logprobs.model_dump() if logprobs else None,
+            "finish_reason": finish,
+        }
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.name,
+            "system_fingerprint": None,
+            "choices": [choice],
+        }
+        if self.req.stream_options and self.req.stream_options.include_usage:
+            chunk["usage"] = None  # OpenAI: null on every chunk but the last
+        return chunk
+
+    async def stream(self, job: Job) -> AsyncIterator[dict]:
+        """Chunks: the role, content / tool-call deltas (a call is sent whole once its block closes),
+        the finish_reason, then usage if `stream_options.include_usage`. Cancels the job when the
+        client goes away (the generator is closed)."""
+        parser = ToolCallParser() if self.tools else None
+        splitter = ReasoningSplitter(*self.reasoning) if self.reasoning else None
+        content: list[str] = []
+        pending_logprobs: list[TokenLogprob] = []
+        result = None
+        try:
+            yield self.chunk(s.ChunkDelta(role="assistant", content=""))
+            while (item := await job.get()) is not Job.END:
+                if isinstance(item, GenerationResult):
+                    result = item
+                    continue
+                pending_logprobs += item.logprobs or []
+                text = item.text
+                if splitter is not None:
+                    reasoning, text = splitter.feed(text)
+                    if reasoning:
+                        yield self.chunk(s.ChunkDelta(reasoning_content=reasoning))
+                out = parser.feed(text) if parser else ([text] if text else [])
+                for x in out:
+                    yield self._delta(x, parser, content, pending_logprobs)
+                    pending_logprobs = []
+            if splitter is not None:
+                reasoning, text = splitter.finish()
+                if reasoning:
+                    yield self.chunk(s.ChunkDelta(reasoning_content=reasoning))
+                for x in parser.feed(text) if parser else ([text] if text else []):
+                    yield self._delta(x, parser, content, pending_logprobs)
+                    pending_logprobs = []
+            for x in parser.finish() if parser else []:
+                yield self._delta(x, parser, content, pending_logprobs)
+                pending_logprobs = []
+            if result is None:
+                return
+            finish = openai_finish_reason(result, parser.calls if parser else [])
+            logprobs = self.logprobs(pending_logprobs) if pending_logprobs else None
+            yield self.chunk(s.ChunkDelta(), finish, logprobs)
+            if self.req.stream_options and self.req.stream_options.include_usage:
+                yield {
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.name,
+                    "system_fingerprint": None,
+                    "choices": [],
+                    "usage": usage_info(result).model_dump(),
+                }
+        finally:
+            job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
+
+    def _delta(self, x, parser: ToolCallParser | None, content: list[str], logprobs: list[TokenLogprob]) -> dict:
+        lp = self.logprobs(logprobs) if logprobs and self.req.logprobs else None
+        if isinstance(x, ParsedCall):
+            call = s.ChunkToolCall(
+                index=x.index,
+                id=x.id,
+                type="function",
+                function=s.ChunkFunctionCall(name=x.name, arguments=x.arguments),
+            )
+            return self.chunk(s.ChunkDelta(tool_calls=[call]), None, lp)
+        content.append(x)
+        return self.chunk(s.ChunkDelta(content=x), None, lp)
+
+
+class CompletionReply(_Reply):
+    """Builds a legacy text completion (or its chunks)."""
+
+    def __init__(self, req: s.CompletionRequest, constraint, model, name):
+        super().__init__(req, constraint, model, name, "cmpl-")
+
+    def logprobs(self, entries: list[TokenLogprob], offset: int) -> s.CompletionLogprobs:
+        tokens, values, tops, offsets = [], [], [], []
+        for e in entries:
+            text, _ = self.token(e.id)
+            tokens.append(text)
+            values.append(max(e.logprob, -9999.0))
+            tops.append({self.token(i)[0]: max(v, -9999.0) for i, v in e.top})
+            offsets.append(offset)
+            offset += len(text)
+        return s.CompletionLogprobs(
+            tokens=tokens, token_logprobs=values, top_logprobs=tops if self.req.logprobs else None, text_offset=offsets
+        )
+
+    def complete(self, pieces: list[Piece], result: GenerationResult) -> s.Completion:
+        text = "".join(p.text for p in pieces)
+        logprobs = None
+        if self.req.logprobs is not None:
+            logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
+        choice = s.CompletionChoice(text=text, logprobs=logprobs, finish_reason=openai_finish_reason(result, []))
+        return s.Completion(
+            id=self.id, created=self.created, model=self.name, choices=[choice], usage=usage_info(result)
+        )
+
+    def chunk(self, text: str, finish: str | None, logprobs: s.CompletionLogprobs | None = None) -> dict:
+        choice = s.CompletionChoice(text=text, logprobs=logprobs, finish_reason=finish)
+        return s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice]).model_dump()
+
+    async def stream(self, job: Job) -> AsyncIterator[dict]:
+        text: list[str] = []
+        offset = 0
+        result = None
+        try:
+            while (item := await job.get()) is not Job.END:
+                if isinstance(item, GenerationResult):
+                    result = item
+                    continue
+                logprobs = self.logprobs(item.logprobs or [], offset) if self.req.logprobs is not None else None
+                offset += len(item.text)
+                text.append(item.text)
+                yield self.chunk(item.text, None, logprobs)
+            if result is None:
+                return
+            yield self.chunk("", openai_finish_reason(result, []))
+            if self.req.stream_options and self.req.stream_options.include_usage:
+                usage = usage_info(result).model_dump()
+                yield {
+                    "id": self.id,
+                    "object": "text_completion",
+                    "created": self.created,
+                    "model": self.name,
+                    "choices": [],
+                    "usage": usage,
+                }
+        finally:
+            job.cancel.set()
