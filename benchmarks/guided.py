@@ -11,7 +11,7 @@
   strict mode, no compile cache, one thread) and outlines-core (regex from the schema, `Index`,
   `Guide.write_mask_into`), each in a child process with a per-schema watchdog, so a compile that
   takes minutes is recorded as a timeout instead of stalling the run. Failures are findings.
-- End to end on the real Qwen2.5-Coder-0.5B (float32, CPU backend here), `coreai.bench.run_guided_bench`:
+- End to end on the real Qwen2.5-Coder-0.5B (float32, CPU backend here), `benchmarks.generation.run_guided_bench`:
   unconstrained vs constrained decode tok/s, jump-forward on vs off (forward passes, tok/s), TTFT with a
   cold compile, same prompts, greedy, interleaved; beside it the peers driving mlx-lm with a logits
   processor (xgrammar, outlines-core, llguidance.mlx, Outlines' `from_mlxlm`), validity by jsonschema.
@@ -469,7 +469,7 @@ class MaskProcessor:
 
 
 def _peer_run(model, ids, max_tokens, processor: MaskProcessor, start: float) -> dict:
-    from coreai.bench import mlx_lm_run
+    from benchmarks.generation import mlx_lm_run
 
     out = mlx_lm_run(model, ids, max_tokens, [processor], start)
     return out | {
@@ -485,7 +485,7 @@ E2E_PEERS_OPTIONAL = ("outlines.from_mlxlm-xgrammar",)
 
 
 def e2e_peers(model, names=E2E_PEERS) -> dict:
-    """Peer variants for `coreai.bench.run_guided_bench`, each driving mlx-lm's `stream_generate` with a
+    """Peer variants for `benchmarks.generation.run_guided_bench`, each driving mlx-lm's `stream_generate` with a
     logits processor on the same model. Per-model set-up (tokenizer tables) happens here, outside the
     timings, as ours (`get_tokenizer_info`); each run compiles its schema cold, inside TTFT.
 
@@ -611,7 +611,7 @@ def _outlines_peers(model, backends) -> dict:
     import outlines
     from outlines.types import JsonSchema
 
-    from coreai.bench import mlx_lm_run
+    from benchmarks.generation import mlx_lm_run
 
     outlines_model = outlines.from_mlxlm(model.network, model.tokenizer._wrapper)
 
@@ -638,9 +638,9 @@ def _qwen():
 
 
 def bench_e2e(max_tokens: int, repeats: int, peers=E2E_PEERS) -> dict:
-    """`coreai.bench.run_guided_bench` on the real Qwen2.5-Coder-0.5B (float32 here) with `E2E_CASES`,
+    """`benchmarks.generation.run_guided_bench` on the real Qwen2.5-Coder-0.5B (float32 here) with `E2E_CASES`,
     ours and the `e2e_peers` interleaved. Returns its report."""
-    from coreai.bench import run_guided_bench
+    from benchmarks.generation import run_guided_bench
 
     model = _qwen()
     return run_guided_bench(model, E2E_CASES, max_tokens, repeats, e2e_peers(model, peers))
@@ -656,7 +656,7 @@ finish well within their budget (greedy: about 25 and 150 tokens); the story is 
 
 
 def speculative_cases(names=SPECULATIVE_CASES) -> list[tuple]:
-    """[(messages, schema or None, max_tokens)] for `coreai.bench.run_guided_bench`."""
+    """[(messages, schema or None, max_tokens)] for `benchmarks.generation.run_guided_bench`."""
     out = []
     for name in names:
         schema = CASES / f"{name}.schema.json"
@@ -671,10 +671,10 @@ def speculative_cases(names=SPECULATIVE_CASES) -> list[tuple]:
 
 
 def bench_speculative(repeats: int, speculative: str = "prompt_lookup", model=None, cases=None) -> dict:
-    """`coreai.bench.run_guided_bench` with `speculative` on `speculative_cases()` (default) and the real
+    """`benchmarks.generation.run_guided_bench` with `speculative` on `speculative_cases()` (default) and the real
     Qwen2.5-Coder-0.5B (default): guided with and without speculation, unconstrained ours (with and
     without) and mlx-lm, interleaved, medians of `repeats`. Returns its report."""
-    from coreai.bench import run_guided_bench
+    from benchmarks.generation import run_guided_bench
 
     cases = speculative_cases() if cases is None else cases
     return run_guided_bench(model or _qwen(), cases, max(c[2] for c in cases), repeats, speculative=speculative)
@@ -682,8 +682,8 @@ def bench_speculative(repeats: int, speculative: str = "prompt_lookup", model=No
 
 def speculative_markdown(report: dict, host: dict, seconds: float) -> str:
     """The speculative report as markdown: a header line (machine, date, versions), a table per case
-    (`coreai.bench.speculative_rows`) and a loud line per output mismatch."""
-    from coreai.bench import SPECULATIVE_HEADER, mismatches, speculative_rows
+    (`benchmarks.generation.speculative_rows`) and a loud line per output mismatch."""
+    from benchmarks.generation import SPECULATIVE_HEADER, mismatches, speculative_rows
 
     out = [
         f"Speculative decoding benchmark {host['date']}, {host['processor']} ({host['cpus']} cores, {host['system']} "
@@ -790,7 +790,7 @@ def markdown(report: dict) -> str:
         out.append(f"Compile time, {vocab} (ms; peers only on schemas we compiled; timeouts excluded):")
         out.append(md_table(["compile", "schemas", "p50", "p99", "max"], crow))
     if "e2e" in report:
-        from coreai.bench import GUIDED_HEADER, guided_rows, ratio_base
+        from benchmarks.generation import GUIDED_HEADER, guided_rows, ratio_base
 
         e = report["e2e"]
         out.append(

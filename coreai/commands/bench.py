@@ -43,7 +43,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from coreai.bench import format_guided_table, format_table, mismatches, run_bench, run_guided_bench
+    from benchmarks.generation import format_guided_table, format_table, mismatches, run_bench, run_guided_bench
 
     speculative = None if args.speculative == "off" else args.speculative
     prompt = common.read_messages(args.messages) if args.messages else args.prompt

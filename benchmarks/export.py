@@ -1,7 +1,7 @@
 """Export benchmark: wall time and peak memory of one export (printed, optionally written as JSON).
 
-    python -m recipes.bench ~/.cache/coreai/gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-    python -m recipes.bench MODEL.gguf --quantize 4bit --json bench_export.json
+    python -m benchmarks.export ~/.cache/coreai/gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    python -m benchmarks.export MODEL.gguf --quantize 4bit --json bench_export.json
 
 Target (issue 2): the default Qwen 0.5B GGUF -> float16 in at most 30 s wall and 3 GB peak memory on
 a 2-core Linux machine. Peak memory is the process's maximum resident set size, which includes the
@@ -27,7 +27,7 @@ def peak_rss_bytes() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipes.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.export", description=__doc__.splitlines()[0])
     parser.add_argument("source", help="GGUF file or Hugging Face folder")
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--quantize", default="none")

@@ -19,10 +19,10 @@ import time
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
-import mlx.core as mx
-
+from runtime import SamplingStrategy, stream_tokens  # first: the BLAS set-up before mlx.core (runtime.blas)
 from runtime.blas import blas_in_use
-from runtime import SamplingStrategy, stream_tokens
+
+import mlx.core as mx  # noqa: E402
 
 
 def random_prompt(model, n: int, seed: int = 0) -> list[int]:

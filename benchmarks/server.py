@@ -5,7 +5,7 @@
 2. TTFT of a request with a long shared system prompt, with the prefix cache warm (an earlier
    request had the same system prompt) and cold (the cache holds another prompt).
 
-    python -m coreai.server.bench [MODEL] [--max-tokens 64] [--repeats 3] [--out bench_server.json]
+    python -m benchmarks.server [MODEL] [--max-tokens 64] [--repeats 3] [--out bench_server.json]
 """
 
 from __future__ import annotations
