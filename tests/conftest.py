@@ -55,9 +55,6 @@ def gemma_tokenizer(gemma_dir):
 def tiny_model_dir(qwen_dir, tmp_path_factory) -> Path:
     """A tiny random qwen2 network (2 layers, width 64) with the real Qwen tokenizer and logit
     width 151,936: fast, and exercises real tokenization (byte-level BPE, CJK, emoji)."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-    from mlx_lm.models import qwen2
 
     folder = tmp_path_factory.mktemp("tiny-qwen2")
     for name in (
@@ -69,9 +66,21 @@ def tiny_model_dir(qwen_dir, tmp_path_factory) -> Path:
     ):
         if (qwen_dir / name).exists():
             shutil.copy(qwen_dir / name, folder / name)
+    _write_tiny_network(folder, qwen_dir, "qwen2")
+    return folder
+
+
+def _write_tiny_network(folder: Path, qwen_dir: Path, model_type: str, **extra) -> None:
+    """A random mlx-lm `model_type` network (2 layers, width 64, seed 0) with Qwen's logit width and
+    end ids, saved in `folder` as model.safetensors + config.json. `extra`: more config fields."""
+    import importlib
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
     real = json.loads((qwen_dir / "config.json").read_text())
     config = dict(
-        model_type="qwen2",
+        model_type=model_type,
         hidden_size=64,
         num_hidden_layers=2,
         intermediate_size=128,
@@ -83,12 +92,19 @@ def tiny_model_dir(qwen_dir, tmp_path_factory) -> Path:
         tie_word_embeddings=True,
         max_position_embeddings=512,
         eos_token_id=real.get("eos_token_id"),
+        **extra,
     )
+    module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(0)
-    network = qwen2.Model(qwen2.ModelArgs.from_dict(config))
+    network = module.Model(module.ModelArgs.from_dict(config))
     mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(network.parameters())))
     (folder / "config.json").write_text(json.dumps(config))
-    return folder
+
+
+@pytest.fixture(scope="session")
+def write_tiny_network(qwen_dir):
+    """`write_tiny_network(folder, model_type, **extra)`: see `_write_tiny_network`."""
+    return lambda folder, model_type, **extra: _write_tiny_network(folder, qwen_dir, model_type, **extra)
 
 
 @pytest.fixture(scope="session")

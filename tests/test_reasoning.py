@@ -33,10 +33,7 @@ QWEN3_TOKENS = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "
 
 
 @pytest.fixture(scope="module")
-def qwen3(qwen_dir, tmp_path_factory):
-    from mlx.utils import tree_flatten
-    from mlx_lm.models import qwen3
-
+def qwen3(qwen_dir, tmp_path_factory, write_tiny_network):
     folder = tmp_path_factory.mktemp("tiny-qwen3")
     tok = json.loads((qwen_dir / "tokenizer.json").read_text())
     for entry in tok["added_tokens"]:
@@ -48,26 +45,7 @@ def qwen3(qwen_dir, tmp_path_factory):
     config["chat_template"] = TEMPLATE
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     shutil.copy(qwen_dir / "generation_config.json", folder / "generation_config.json")
-    real = json.loads((qwen_dir / "config.json").read_text())
-    model_config = dict(
-        model_type="qwen3",
-        hidden_size=64,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        rms_norm_eps=1e-6,
-        vocab_size=real["vocab_size"],
-        rope_theta=1e6,
-        tie_word_embeddings=True,
-        max_position_embeddings=512,
-        eos_token_id=real.get("eos_token_id"),
-    )
-    mx.random.seed(0)
-    network = qwen3.Model(qwen3.ModelArgs.from_dict(model_config))
-    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(network.parameters())))
-    (folder / "config.json").write_text(json.dumps(model_config))
+    write_tiny_network(folder, "qwen3", head_dim=16)
     return load_model(folder)
 
 
