@@ -23,16 +23,24 @@ class ReasoningMarkers:
     separator: str = "\n\n"
 
 
-def detect_markers(chat_template) -> ReasoningMarkers | None:
+def detect_markers(chat_template, hf_tokenizer=None) -> ReasoningMarkers | None:
     """The markers of a known family whose start and end both appear in `chat_template` (a string,
-    or a dict of named templates), else None."""
+    or a dict of named templates), else None. With `hf_tokenizer`, only a family whose markers are
+    single tokens of it counts (the strategy switches phases on those token ids)."""
     if isinstance(chat_template, dict):
         chat_template = "\n".join(str(t) for t in chat_template.values())
     if not chat_template:
         return None
     for start, end in KNOWN_MARKERS:
         if start in chat_template and end in chat_template:
-            return ReasoningMarkers(start, end)
+            markers = ReasoningMarkers(start, end)
+            if hf_tokenizer is None:
+                return markers
+            try:
+                ReasoningTokens.of(markers, hf_tokenizer)
+                return markers
+            except ValueError:
+                continue
     return None
 
 

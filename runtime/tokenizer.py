@@ -95,7 +95,7 @@ class Tokenizer:
         self.bos_id = self.hf.bos_token_id
         self.add_bos = bool(tok_config.get("add_bos_token", False)) and self.bos_id is not None
         self.has_chat_template = self._wrapper.has_chat_template
-        self.reasoning_markers = detect_markers(getattr(self.hf, "chat_template", None))
+        self.reasoning_markers = detect_markers(getattr(self.hf, "chat_template", None), self.hf)
         self._backend: tokenizers.Tokenizer = self.hf.backend_tokenizer
         self._splitter: tokenizers.Tokenizer | None = None  # built on first need (a second parse)
         self._splitter_lock = threading.Lock()

@@ -163,3 +163,13 @@ def test_server_thinking_off_and_plain_generation(server):
     message = plain.choices[0].message
     assert message.model_extra["reasoning_content"] and not message.content
     assert plain.choices[0].finish_reason == "length"
+
+
+def test_markers_the_tokenizer_cannot_spell_are_not_detected(tiny_model):
+    """A template naming <think> for a tokenizer without it as one token (Qwen2.5's): no reasoning
+    phase, so guided generation works as for any model; markers given by hand are a clear error."""
+    hf = tiny_model.tokenizer.hf
+    assert detect_markers("... <think> ... </think> ...", hf) is None
+    assert detect_markers("... <think> ... </think> ...") is not None  # the template alone names them
+    with pytest.raises(ValueError, match="single tokens"):
+        ConstrainedSession(tiny_model, schema=SCHEMA, reasoning_markers=("<think>", "</think>"))

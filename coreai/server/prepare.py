@@ -115,10 +115,7 @@ def reasoning_of(model: Model, req, prompt_ids: list[int]) -> tuple[ReasoningMar
         return None
     if (req.chat_template_kwargs or {}).get("enable_thinking") is False:
         return None
-    try:
-        state = ReasoningTokens.of(markers, model.tokenizer.hf).prompt_state(prompt_ids)
-    except ValueError:
-        return None
+    state = ReasoningTokens.of(markers, model.tokenizer.hf).prompt_state(prompt_ids)  # detected: single tokens
     return None if state == "closed" else (markers, state == "open")
 
 
