@@ -18,10 +18,12 @@ from typing import Protocol
 
 from llguidance import LLMatcher, LLParserLimits
 
+from guided.checker import CheckPlan
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 from guided.matcher import GrammarMatcher
-from guided.spec import JSON_KINDS, GrammarSpec, close_objects, pointer, subschemas
+from guided.spec import JSON_KINDS, GrammarSpec, close_objects, json_spec, pointer, subschemas
 from guided.tokenizer_info import TokenizerInfo
+from guided.validation import can_validate
 
 
 def default_limits() -> LLParserLimits:
@@ -45,7 +47,9 @@ class CompiledGrammar:
     """A grammar compiled for one tokenizer. Shared between threads and generations (read-only);
     each generation gets its own `GrammarMatcher` from `matcher()`.
 
-    compile_seconds: wall time of the compile (s). not_enforced: lenient-mode gaps (empty otherwise).
+    compile_seconds: wall time of the compile (s). validated: keywords the grammar leaves out and the
+    decoder enforces by validate-and-rollback (`checks` says how; see `guided.checker`).
+    not_enforced: lenient-mode gaps, keywords enforced by neither (empty otherwise).
     warnings: other engine warnings (text).
     """
 
@@ -55,6 +59,8 @@ class CompiledGrammar:
     not_enforced: tuple[NotEnforced, ...] = ()
     warnings: tuple[str, ...] = ()
     compile_seconds: float = 0.0
+    validated: tuple[NotEnforced, ...] = ()
+    checks: CheckPlan | None = None
 
     def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the grammar's start (a copy of the compiled template: microseconds)."""
@@ -237,14 +243,69 @@ def compile_grammar(
 ) -> CompiledGrammar:
     """Compile `spec` for `tokenizer` (milliseconds for typical schemas; bounded by `limits`).
 
-    Raises UnsupportedSchemaFeature (JSON kinds, not lenient): a keyword the engine cannot enforce,
-    with its keyword and pointer (the first one when several). SchemaError: no JSON value satisfies
-    the schema (e.g. `minProperties` beyond the declared properties under strict mode).
+    A JSON Schema keyword the engine cannot express is enforced by validate-and-rollback when
+    `jsonschema` checks it (`CompiledGrammar.validated`, `guided.checker`): the engine compiles the
+    schema without it (as in lenient mode) and the decoder validates each value it governs.
+
+    Raises UnsupportedSchemaFeature (JSON kinds, not lenient): a keyword neither the engine nor the
+    validator can enforce, with its keyword and pointer (the first one when several).
+    SchemaError: no JSON value satisfies the schema (e.g. `minProperties` beyond the declared
+    properties under strict mode).
     SchemaError also for a schema over an engine limit (depth, size, lexer), one that refers to
     itself without reaching a value, or a dangling `$ref` (with the pointer where known).
     GrammarError: invalid regex or Lark, a grammar over the engine's limits (the message names the
     limit) or one that can produce no finite text.
     """
+    t0 = time.perf_counter()
+    try:
+        compiled = _compile(spec, tokenizer, limits)
+    except UnsupportedSchemaFeature as refusal:
+        # Compile the superset the engine can express; refuse only what the validator cannot check either.
+        try:
+            compiled = _compile(json_spec(json.dumps(spec.schema), spec.kind, *_flags(spec), True), tokenizer, limits)
+        except GrammarError:
+            raise refusal from None
+        compiled.spec = spec
+        if any(not _can_validate(spec.schema, n) for n in compiled.not_enforced):
+            raise refusal from None
+    if compiled.not_enforced:
+        checked = [n for n in compiled.not_enforced if _can_validate(spec.schema, n)]
+        compiled.not_enforced = tuple(n for n in compiled.not_enforced if n not in checked)
+        compiled.validated = tuple(checked)
+        if checked:
+            paths = frozenset(_path(spec.schema, n.pointer) for n in checked)
+            compiled.checks = CheckPlan(spec.schema, paths)
+    compiled.compile_seconds = time.perf_counter() - t0
+    return compiled
+
+
+def _flags(spec: GrammarSpec) -> tuple[bool, bool]:
+    return bool(spec.options.get("any_whitespace")), bool(spec.options.get("strict", True))
+
+
+def _path(schema, where: str) -> tuple:
+    """The path of keys (ints where the schema has a list) a JSON pointer into `schema` names."""
+    path, node = (), schema
+    for part in where.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list) and part.isdigit():
+            part = int(part)
+        path += (part,)
+        node = node[part] if isinstance(node, (dict, list)) and _get_or_none(node, (part,)) is not None else None
+    return path
+
+
+def _can_validate(schema, gap: NotEnforced) -> bool:
+    """True if validate-and-rollback can enforce the keyword the engine left out (located, and checked
+    by `jsonschema`; a format only if the validator knows it)."""
+    if not gap.keyword or not gap.pointer:
+        return False
+    value = _get_or_none(schema, _path(schema, gap.pointer)) if gap.keyword == "format" else None
+    return can_validate(schema, gap.keyword, value)
+
+
+def _compile(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None) -> CompiledGrammar:
+    """One engine compile of `spec`; lenient-mode gaps in `not_enforced` (see `compile_grammar`)."""
     limits = limits or default_limits()
     t0 = time.perf_counter()
     # One build: the matcher reports the grammar's compile error and warnings itself.

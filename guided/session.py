@@ -64,6 +64,8 @@ class ConstrainedSession:
     speculative (None): the default for `stream`/`generate`: "prompt_lookup", "draft" (the model's
         `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
     max_draft (8): the longest speculative draft (the bitmask has max_draft + 1 rows).
+    max_retries (8): validate-and-rollback retries per generation, for keywords the grammar cannot
+        express (`compiled.validated`, see `guided.checker`); past it the generation ends in "error".
     check: an extra final check of the output text, `check(text) -> list of errors` (the server
         checks each tool call's arguments with it); errors make the result invalid.
     max_reasoning_tokens (1024): a thinking model (its chat template has known reasoning markers, see
@@ -94,6 +96,7 @@ class ConstrainedSession:
         jump_forward: bool = True,
         speculative=None,
         max_draft: int = 8,
+        max_retries: int = 8,
         check: Callable[[str], list[str]] | None = None,
         max_reasoning_tokens: int = 1024,
         reasoning_markers: tuple[str, str] | None = None,
@@ -117,6 +120,9 @@ class ConstrainedSession:
             make_drafter(speculative, model)  # an unknown option fails here, not at the first generation
         self.speculative = speculative
         self.max_draft = max_draft
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.max_retries = max_retries
         self.check = check
         self._bitmask: TokenBitmask | None = None
         self.matcher = self.compiled.matcher()  # the low-level calls' state
@@ -151,6 +157,7 @@ class ConstrainedSession:
             want_logprobs=logprobs,
             max_draft=self.max_draft,
             reasoning=self.reasoning if thinking else None,
+            max_retries=self.max_retries,
         )
 
     def stream(

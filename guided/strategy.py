@@ -26,13 +26,20 @@ verification) and fills in its hooks:
   EOS, padding and the start marker; drafts cut at the end marker; after `max_tokens` reasoning
   tokens the end marker and separator are forced) and "answer" (the grammar, from its start; the
   end marker is followed by the forced separator and the grammar's jump-forward tokens).
+- Validate-and-rollback (`guided.checker`): keywords the grammar leaves out are checked as each value
+  they govern closes. On a violation the matcher rolls back to the first sampled token of that value
+  (`Step.rollback` takes back tokens of earlier steps; the loop trims the KV cache), that token is
+  banned at that position, and decoding resumes there, at most `max_retries` times per generation,
+  then the generation ends with finish "error" naming the keyword. `Step.hold` tells the loop how
+  many trailing tokens may still be rolled back, so their text is not streamed yet.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
@@ -42,6 +49,10 @@ from guided.compiler import CompiledGrammar
 from runtime.reasoning import ReasoningTokens
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.strategy import Step
+
+
+_OPENING = frozenset(b"{[ \t\r\n")  # bytes that open a JSON value before its content (and a quote)
+_LONGEST_TOKEN = 64  # bytes: longer spellings of a rejected value are not looked up
 
 
 @dataclass(frozen=True)
@@ -72,7 +83,9 @@ class GuidedStats:
     pass); tokens_sampled / tokens_jumped / tokens_drafted: tokens chosen by the sampler (accepted
     draft tokens included) / forced by the grammar / accepted from drafts; rollbacks: draft tokens
     rolled back; mask_seconds: CPU time filling masks (s), mostly hidden behind the forward pass;
-    masks: mask rows filled; reasoning_tokens: tokens inside the reasoning block (end marker included)."""
+    masks: mask rows filled; reasoning_tokens: tokens inside the reasoning block (end marker included);
+    retries: validate-and-rollback retries, and `violations` what each retry was for ("<keyword> at
+    <pointer>: <message>")."""
 
     forward_passes: int = 0
     tokens_sampled: int = 0
@@ -82,6 +95,8 @@ class GuidedStats:
     mask_seconds: float = 0.0
     masks: int = 0
     reasoning_tokens: int = 0
+    retries: int = 0
+    violations: list[str] = field(default_factory=list)
 
 
 class ConstrainedDecodingStrategy(SamplingStrategy):
@@ -95,6 +110,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
     want_logprobs: return log-probabilities (after masking) of each sampled token in `Step.logprobs`.
     max_draft: the longest speculative draft (used when the loop passes a drafter).
     reasoning: let a thinking model reason before the constrained answer (`Reasoning`), or None.
+    max_retries: validate-and-rollback retries allowed per generation (schemas with `compiled.checks`).
     Raises ValueError when the bitmask's width is not the grammar's.
     """
 
@@ -107,6 +123,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         want_logprobs: bool = False,
         max_draft: int = 8,
         reasoning: Reasoning | None = None,
+        max_retries: int = 8,
     ):
         vocab_size = compiled.tokenizer.vocab_size
         bitmask = bitmask or TokenBitmask(vocab_size, batch=max_draft + 1)
@@ -120,6 +137,12 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         self.stats = GuidedStats()
         self._rows = 0  # bitmask rows filled for the coming step (0: not yet)
         self.reasoning = reasoning
+        self.checker = compiled.checks.checker() if compiled.checks is not None else None
+        self.max_retries = max_retries
+        self.answer: list[int] = []  # answer tokens so far, when there is a checker
+        self.ends: list[int] = []  # output byte offset after each of them
+        self.sampled: list[bool] = []  # whether each was sampled (a retry can ban it) or forced
+        self.bans: dict[int, set[int]] = {}  # output byte offset -> tokens banned there by retries
         self.phase = "answer"  # or "free" / "thinking" (see the module docstring)
         self.prompt_state = "none"  # the prompt's reasoning state (`ReasoningTokens.prompt_state`)
         if reasoning is not None:
@@ -174,7 +197,22 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         return super().step(logits)
 
     def mask(self, logits: mx.array) -> mx.array:
-        return self.bitmask.apply(logits)
+        x = self.bitmask.apply(logits)
+        if self.bans:
+            for row, offset in enumerate(self._offsets(self.draft[: x.shape[0] - 1])):
+                if banned := self.bans.get(offset):
+                    x[row, mx.array(sorted(banned))] = -float("inf")
+        return x
+
+    def _offsets(self, draft: list[int]) -> list[int]:
+        """The answer's byte offset where each token of `draft` would start, and where the one after it would."""
+        offsets = [len(self.checker.text)]
+        for token in draft:
+            offsets.append(offsets[-1] + len(self._bytes(token)))
+        return offsets
+
+    def _bytes(self, token: int) -> bytes:
+        return self.compiled.tokenizer.ll_tokenizer.decode_bytes([token])
 
     def check_draft(self, draft: list[int]) -> list[int]:
         if self.phase == "thinking":  # free text, up to the end marker and within the budget
@@ -184,7 +222,11 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
             return draft[: min(end, self.reasoning.max_tokens - self.stats.reasoning_tokens - 1)]
         if self.phase == "free":
             return []
-        return draft[: self.matcher.valid_prefix(draft)]
+        draft = draft[: self.matcher.valid_prefix(draft)]
+        if self.bans:
+            offsets = self._offsets(draft)
+            draft = next((draft[:i] for i, d in enumerate(draft) if d in self.bans.get(offsets[i], ())), draft)
+        return draft
 
     def advance(self, accepted: list[int], token: int) -> Step:
         if self.phase == "free":
@@ -203,7 +245,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         if not self.matcher.accept_token(token):
             return self._finish()
         if token in self.matcher.eos_ids:  # allowed only where the grammar can end: the loop stops, emits no text
-            return Step(tokens=accepted + [token], verified=len(accepted), finish="stop")
+            return self._validate(Step(tokens=accepted + [token], verified=len(accepted), finish="stop"), 0)
         forced = []
         if self.jump_forward and not self.matcher.is_terminated():
             forced = self.matcher.jump_forward_tokens()
@@ -211,7 +253,8 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
                 return self._finish()
             self.stats.tokens_jumped += len(forced)
         finish = "stop" if self.matcher.is_terminated() else None
-        return Step(tokens=accepted + [token] + forced, verified=len(accepted), finish=finish, forced=len(forced))
+        step = Step(tokens=accepted + [token] + forced, verified=len(accepted), finish=finish, forced=len(forced))
+        return self._validate(step, 0)
 
     def _think(self, accepted: list[int], token: int) -> Step:
         """A step inside the reasoning block: free tokens; the end marker (sampled, or forced once the
@@ -234,7 +277,145 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
                 return self._finish()
             self.stats.tokens_jumped += len(jump)
             forced += jump
+            step = Step(tokens=tokens + forced, verified=len(accepted), forced=len(forced))
+            return self._validate(step, len(step.tokens) - len(jump))
         return Step(tokens=tokens + forced, verified=len(accepted), forced=len(forced))
+
+    def _validate(self, step: Step, first: int) -> Step:
+        """Feed the answer tokens of `step` (from index `first`) to the checker; on a violation, the
+        step that rolls back to the value's first sampled token (see the module docstring)."""
+        if self.checker is None:
+            return step
+        before = len(self.answer)
+        sampled = len(step.tokens) - step.forced  # the step's tokens before this index were sampled
+        violation = None
+        for i in range(first, len(step.tokens)):
+            token = step.tokens[i]
+            if token in self.matcher.eos_ids:
+                violation = self.checker.end()
+            else:
+                violation = self.checker.feed(self._bytes(token))
+            self.answer.append(token)
+            self.ends.append(len(self.checker.text))
+            self.sampled.append(i < sampled)
+            if violation is not None:
+                break
+        if violation is None and step.finish == "stop":
+            violation = self.checker.end()  # a root number ends with the output
+        if violation is None:
+            step.hold = self._hold()
+            return step
+        return self._retry(step, first, before, violation)
+
+    def _retry(self, step: Step, first: int, before: int, violation) -> Step:
+        """Roll back to the first sampled token that wrote the violating value's text, and ban that
+        text there; or end with finish "error" when nothing can change or the retry budget is spent.
+
+        The bans (see `_bans_for`) cover every spelling of the rejected text from that token's offset
+        to its first content byte (`red` after `","`: `r`, `re`, `red`, `red"`, ...), so the retry
+        cannot write the same value again with other tokens, while structural bytes (`"`, `[`) stay
+        allowed. A token is skipped if the bans leave the grammar nothing to choose at its offset."""
+        accepted = before + len(step.tokens) - first  # answer tokens the matcher holds
+        reaching = bisect.bisect_right(self.ends, violation.start)  # tokens before it end at or before its start
+        if not self.matcher.rollback(accepted - reaching):
+            return self._finish()
+        retry = bans = None
+        for i in range(reaching, len(self.answer)):
+            if self.sampled[i]:
+                bans = self._bans_for(i, violation)
+                if bans is not None:
+                    retry = i
+                    break
+            if not self.matcher.accept_token(self.answer[i]):
+                return self._finish()
+        if retry is None:  # nothing in the value can change: change the choice that led to it (`,` -> `]`)
+            retry, bans = self._earlier_choice(reaching, violation)
+        self.stats.violations.append(str(violation))
+        if retry is None or self.stats.retries >= self.max_retries:
+            why = "no sampled token to change" if retry is None else f"{self.max_retries} retries spent"
+            step.finish, step.message = "error", f"validate-and-rollback: {violation} ({why})"
+            return step
+        self.stats.retries += 1
+        offset = self._start(retry)
+        for later in [o for o in self.bans if o > offset]:
+            del self.bans[later]
+        for at, tokens in bans.items():
+            self.bans.setdefault(at, set()).update(tokens)
+        self.checker.truncate(offset)
+        del self.answer[retry:], self.ends[retry:], self.sampled[retry:]
+        if retry >= before:  # the value started in this step: keep the step's tokens before it
+            keep = first + retry - before
+            sampled = len(step.tokens) - step.forced
+            return Step(
+                tokens=step.tokens[:keep],
+                verified=min(step.verified, keep),
+                forced=max(0, keep - sampled),
+                hold=self._hold(),
+            )
+        SamplingStrategy.rollback(self, before - retry)  # history and drafter context; the matcher is done
+        return Step(rollback=before - retry, hold=self._hold())
+
+    def _bans_for(self, i: int, violation) -> dict[int, set[int]] | None:
+        """{byte offset: tokens} to ban so that answer token `i` (the matcher is at its position) and
+        what follows cannot spell the rejected text again; None if token `i` wrote none of the value's
+        content (its opening brackets and quote and its closer are not content), or if the bans leave
+        no allowed token at its offset."""
+        text = bytes(self.checker.text)
+        start, end = self._start(i), self.ends[i]
+        content = violation.start  # the value's first content byte: after its opening brackets and quote
+        while content < violation.end - 1 and text[content] in _OPENING:
+            content += 1
+        content += text[content : content + 1] == b'"' and content < violation.end - 1
+        last = violation.end - (text[violation.end - 1 : violation.end] in (b'"', b"]", b"}"))  # before its closer
+        if start >= last or end <= content:  # the token wrote none of the value's content
+            return None
+        content = max(content, start)
+        by_bytes = self.compiled.tokenizer.token_ids_by_bytes
+        bans: dict[int, set[int]] = {start: {self.answer[i]}}
+        for at in range(start, content + 1):  # every spelling that reaches the content byte
+            rejected = text[at : violation.end]
+            for n in range(content - at + 1, min(len(rejected), _LONGEST_TOKEN) + 1):
+                bans.setdefault(at, set()).update(by_bytes.get(rejected[:n], ()))
+        return bans if self._allowed() - bans[start] - self.bans.get(start, set()) else None
+
+    def _earlier_choice(self, reaching: int, violation) -> tuple[int | None, dict | None]:
+        """The last sampled token before answer token `reaching` that may still be rolled back (inside
+        the held, open value) and has an alternative, with its bans (the token and every spelling of
+        the rejected text from there that reaches as far); (None, None) if there is none. Leaves the
+        matcher at that token's position."""
+        held = self.checker.hold_from()
+        if held is None or not self.matcher.rollback(len(self.answer) - reaching):
+            return None, None
+        text = bytes(self.checker.text)
+        by_bytes = self.compiled.tokenizer.token_ids_by_bytes
+        for i in range(reaching - 1, -1, -1):
+            if self.ends[i] <= held or not self.matcher.rollback(1):
+                break
+            if not self.sampled[i]:
+                continue
+            start = self._start(i)
+            rejected = text[start : violation.end]
+            banned = {self.answer[i]}
+            for n in range(self.ends[i] - start, min(len(rejected), _LONGEST_TOKEN) + 1):
+                banned.update(by_bytes.get(rejected[:n], ()))
+            if self._allowed() - banned - self.bans.get(start, set()):
+                return i, {start: banned}
+        return None, None
+
+    def _allowed(self) -> set[int]:
+        """The tokens the grammar allows at the matcher's position."""
+        row = np.zeros((1, self.matcher.words), np.int32)
+        self.matcher.fill_next_token_bitmask(row)
+        return set(np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little")).tolist())
+
+    def _start(self, i: int) -> int:
+        """Byte offset where answer token `i` begins."""
+        return self.ends[i - 1] if i else 0
+
+    def _hold(self) -> int:
+        """Trailing answer tokens whose text may still be rolled back."""
+        start = self.checker.hold_from()
+        return 0 if start is None else len(self.ends) - bisect.bisect_right(self.ends, start)
 
     def _finish(self) -> Step:
         if self.matcher.error:

@@ -24,6 +24,7 @@ import json
 import threading
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 
 import llguidance
 import tokenizers
@@ -47,6 +48,16 @@ class TokenizerInfo:
     eos_ids: tuple[int, ...]
     padding_ids: frozenset[int]
     key: int
+
+    @cached_property
+    def token_ids_by_bytes(self) -> dict[bytes, tuple[int, ...]]:
+        """Token ids by their bytes as the engine reads them (special and padding tokens left out);
+        built on first use (~0.2 s)."""
+        ids: dict[bytes, list[int]] = {}
+        for i in range(self.vocab_size):
+            if i not in self.padding_ids and (spelled := self.ll_tokenizer.decode_bytes([i])):
+                ids.setdefault(spelled, []).append(i)
+        return {spelled: tuple(group) for spelled, group in ids.items()}
 
 
 def _engine_vocabulary(hf_tokenizer) -> tuple[dict, set[int]]:

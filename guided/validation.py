@@ -56,9 +56,28 @@ def check_json(text: str, schema) -> tuple[Any, list[str]]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, [f"not JSON: {exc}"]
+    errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator_for(schema).iter_errors(value)]
+    return value, errors
+
+
+def validator_for(schema) -> "jsonschema.protocols.Validator":
+    """A `jsonschema` validator for `schema`: its draft's class (2020-12 when it names none), format
+    assertions on (see `_format_checker`)."""
     import jsonschema
 
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = cls(schema, format_checker=_format_checker(cls))
-    errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator.iter_errors(value)]
-    return value, errors
+    return cls(schema, format_checker=_format_checker(cls))
+
+
+def can_validate(schema, keyword: str, value=None) -> bool:
+    """True if `validator_for(schema)` checks `keyword` (for "format": the format named `value`)."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    if keyword == "format":
+        return value in _format_checker(cls).checkers
+    return _CHECKED_BY.get(keyword, keyword) in cls.VALIDATORS
+
+
+# Keywords jsonschema checks inside another keyword's validator.
+_CHECKED_BY = {"then": "if", "else": "if", "minContains": "contains", "maxContains": "contains"}

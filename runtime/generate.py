@@ -79,7 +79,7 @@ class Delta:
 
     text: str
     token_ids: list[int]
-    logprobs: mx.array | None = None  # [sampled, vocab] float32: one row per sampled (not forced) token
+    logprobs: list[mx.array | None] | None = None  # per token: [vocab] float32, None for a forced token
     finish_reason: str | None = None
     result: GenerationResult | None = field(default=None, repr=False)
 
@@ -203,6 +203,7 @@ def _generate(
     stops = StopStrings(stop)
     finish = error = None
     drafted = 0  # draft tokens fed in the last forward pass
+    held: list[tuple[int, mx.array | None]] = []  # output tokens not streamed yet (Step.hold), with logprobs
     while True:
         rejected = drafted - step.verified
         if rejected:
@@ -210,14 +211,11 @@ def _generate(
             del pc.tokens[len(pc.tokens) - rejected :]
         stats["accepted_tokens"] += step.verified
         if step.rollback:
-            n = min(step.rollback, len(out))
-            del out[len(out) - n :]
-            trim_prompt_cache(cache, n)
-            del pc.tokens[len(pc.tokens) - n :]
-            detok.reset()
-            for t in out:
-                detok.add_token(t)
-            detok.last_segment  # the rolled-back text was already streamed; do not stream the rest again
+            if step.rollback > len(held):
+                raise RuntimeError(f"the strategy rolled back {step.rollback} tokens; {len(held)} were held back")
+            del out[len(out) - step.rollback :], held[len(held) - step.rollback :]
+            trim_prompt_cache(cache, step.rollback)
+            del pc.tokens[len(pc.tokens) - step.rollback :]
         stats["forced_tokens"] += step.forced
         appended: list[int] = []
         for t in step.tokens:
@@ -228,6 +226,10 @@ def _generate(
             if len(out) + len(appended) >= max_tokens:
                 break
         out.extend(appended)
+        sampled = len(step.tokens) - step.forced
+        held += [
+            (t, step.logprobs[j] if step.logprobs is not None and j < sampled else None) for j, t in enumerate(appended)
+        ]
         if finish is None and step.finish:
             finish, error = step.finish, step.message
         if finish is None and len(out) >= max_tokens:
@@ -238,22 +240,28 @@ def _generate(
         # Start the next forward pass before the CPU work of detokenizing and stop matching.
         if finish is None:
             draft = step.draft[: max_tokens - len(out) - 1]  # a draft never runs past the budget
-            logits = forward(appended[step.verified :] + draft, len(draft) + 1)
+            fed = appended[step.verified :]
+            if not appended:  # a rollback appended nothing: score the last kept token again
+                trim_prompt_cache(cache, 1)
+                fed = [pc.tokens.pop()]
+            logits = forward(fed + draft, len(draft) + 1)
             drafted = len(draft)
             stats["forward_passes"] += 1
             stats["drafted_tokens"] += drafted
 
         # Token by token, so a stop string ends the output at the token that completes it, also when
-        # one step appended several (accepted drafts, jump-forward).
+        # one step appended several (accepted drafts, jump-forward). Held tokens wait (see Step.hold).
+        release = len(held) if finish is not None else max(0, len(held) - step.hold)
+        emitted, held = held[:release], held[release:]
         text = ""
-        for i, t in enumerate(appended):
+        for i, (t, _) in enumerate(emitted):
             detok.add_token(t)
             piece, hit = stops.feed(detok.last_segment)
             text += piece
             if hit:
                 finish = "stop"
-                del out[len(out) - (len(appended) - i - 1) :]
-                appended = appended[: i + 1]
+                del out[len(out) - (len(emitted) - i - 1) - len(held) :]
+                emitted, held = emitted[: i + 1], []
                 break
         else:
             if finish is not None:
@@ -262,11 +270,12 @@ def _generate(
                 text += piece if hit else piece + stops.flush()
                 finish = "stop" if hit else finish
         text_parts.append(text)
+        ids, logprobs = [t for t, _ in emitted], [row for _, row in emitted]
 
         if finish is not None:
-            yield Delta(text, appended, step.logprobs, finish, result(finish, error))
+            yield Delta(text, ids, logprobs, finish, result(finish, error))
             return
-        if text or appended:
-            yield Delta(text, appended, step.logprobs)
+        if text or ids:
+            yield Delta(text, ids, logprobs)
         strategy.prepare()
         step = strategy.step(logits)

@@ -48,6 +48,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100] (OpenAI's)
 
     def __post_init__(self):
         checks = (
@@ -65,11 +66,17 @@ class SamplingParams:
         for name, ok, allowed in checks:
             if not ok:
                 raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
+        for token, bias in (self.logit_bias or {}).items():
+            if not (isinstance(token, int) and token >= 0 and -100 <= bias <= 100):
+                raise ValueError(
+                    f"logit_bias must map token ids >= 0 to values in [-100, 100], got {token!r}: {bias!r}"
+                )
 
     def make_logits_processors(self):
         """mlx-lm logits processors `(tokens mx.array [n], logits [1, vocab]) -> logits`."""
         n = self.repetition_context_size
         return make_logits_processors(
+            logit_bias=self.logit_bias or None,
             repetition_penalty=self.repetition_penalty if self.repetition_penalty != 1 else None,
             repetition_context_size=n,
             presence_penalty=self.presence_penalty or None,
@@ -195,7 +202,7 @@ class SamplingStrategy:
             self.draft_len = min(self.max_draft, self.draft_len * 2) if n == len(fed) else max(1, n + 1)
         step = self.advance(fed[:n], token)
         if self.want_logprobs:
-            step.logprobs = logprobs[: n + 1]
+            step.logprobs = logprobs[: min(n + 1, len(step.tokens) - step.forced)]
         self.history.extend(step.tokens)
         self.context.extend(step.tokens)
         self.draft = []

@@ -41,6 +41,11 @@ class Step:
     forced: how many of `tokens` (the last ones) were forced rather than sampled (jump-forward).
     logprobs: optional log-probabilities of the sampled tokens (the first `len(tokens) - forced`),
         mx.array [sampled, vocab] float32.
+    hold: how many trailing tokens of the output (after this step) the strategy may still roll back:
+        the loop does not stream their text yet.
+
+    A step with no tokens and no finish (after a rollback) makes the loop score the last kept token
+    again, so the next step has logits to sample from.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -51,6 +56,7 @@ class Step:
     message: str | None = None
     forced: int = 0
     logprobs: mx.array | None = None
+    hold: int = 0
 
 
 @runtime_checkable

@@ -152,18 +152,37 @@ def test_rollback_trims_the_kv_cache(tiny_model):
             self.seen_logits.append(logits)
             n = len(self.seen_logits)
             if n == 1:
-                return Step(tokens=[a, b])
+                return Step(tokens=[a, b], hold=1)  # b may be rolled back: not streamed yet
             if n == 2:
-                return Step(tokens=[c], rollback=1)  # drop b, then append c: sequence a c
+                return Step(tokens=[c], rollback=1, hold=1)  # drop b, then append c: sequence a c
+            if n == 3:
+                return Step(rollback=1, hold=1)  # drop c, append nothing: "a" is scored again
             return Step(finish="stop")
 
     strategy = RollingBack([])
-    result = tiny_model.generate("x", strategy=strategy, max_tokens=10)
-    assert result.token_ids == [a, c]
+    deltas = list(tiny_model.stream("x", strategy=strategy, max_tokens=10))
+    result = deltas[-1].result
+    assert result.token_ids == [a] and result.text == tok.decode([a])
+    assert [t for d in deltas for t in d.token_ids] == [a]  # b and c were never streamed
     reference = ForcedStrategy([a, c, a])
     tiny_model.generate("x", strategy=reference, max_tokens=10)
     # logits after "a c" must equal a fresh run over the same tokens: b left no trace in the cache
     assert mx.allclose(strategy.seen_logits[2], reference.seen_logits[2], atol=1e-4)
+    # after rolling c back without appending, the logits are those after "a" again
+    assert mx.allclose(strategy.seen_logits[3], reference.seen_logits[1], atol=1e-4)
+
+
+def test_rolling_back_streamed_tokens_is_an_error(tiny_model):
+    tok = tiny_model.tokenizer
+    a = tok.encode(" alpha", add_special_tokens=False)[0]
+    steps = iter([Step(tokens=[a]), Step(tokens=[a], rollback=1)])
+
+    class Streamed(ForcedStrategy):
+        def step(self, logits):
+            return next(steps)
+
+    with pytest.raises(RuntimeError, match="held back"):
+        tiny_model.generate("x", strategy=Streamed([]), max_tokens=10)
 
 
 def test_prompt_cache_reuses_the_shared_prefix(tiny_model):

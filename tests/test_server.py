@@ -321,7 +321,7 @@ BAD_SCHEMA = {
 }
 UNENFORCEABLE = {
     "type": "json_schema",
-    "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}},
+    "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"format": "no-such-format"}}}},
 }
 
 
@@ -329,7 +329,9 @@ UNENFORCEABLE = {
     "body, status, param, words",
     [
         (b'{"model": "tiny", "messages": [', 400, None, "malformed JSON"),
-        (chat_body(logit_bias={"1": 5}), 400, "logit_bias", "does not support"),
+        (chat_body(web_search_options={}), 400, "web_search_options", "does not support"),
+        (chat_body(logit_bias={"1": 500}), 400, "logit_bias", "[-100, 100]"),
+        (chat_body(logit_bias={"999999": 5}), 400, "logit_bias", "has 151936"),
         (
             chat_body(messages=[{"role": "user", "content": "x", "name": "bob"}]),
             400,
@@ -349,7 +351,7 @@ UNENFORCEABLE = {
         (chat_body(max_tokens=100000), 400, "max_tokens", "<= 480"),
         (chat_body(top_logprobs=2), 400, "", "requires logprobs"),
         (chat_body(response_format=BAD_SCHEMA), 400, "response_format.json_schema.schema", "/properties/a/type"),
-        (chat_body(response_format=UNENFORCEABLE), 400, "response_format.json_schema.schema", "/properties/a/not"),
+        (chat_body(response_format=UNENFORCEABLE), 400, "response_format.json_schema.schema", "/properties/a/format"),
         (chat_body(structured_outputs={"regex": "(unclosed"}), 400, "structured_outputs.regex", "regex"),
         (chat_body(structured_outputs={"grammar": "start: undefined_rule"}), 400, "structured_outputs.grammar", ""),
         (

@@ -124,16 +124,14 @@ class Engine:
             raise
 
 
-def _token_logprobs(token_ids: list[int], logprobs: mx.array | None, k: int) -> list[TokenLogprob]:
-    """Per-token entries of one step. logprobs: mx.array [sampled, vocab] float32, the distributions
-    the first `sampled` tokens were drawn from (accepted draft tokens, then the sampled one); the
-    later tokens of the step were forced (jump-forward) and get logprob 0.0."""
-    if not token_ids:
-        return []
-    sampled = 0 if logprobs is None else min(logprobs.shape[0], len(token_ids))
+def _token_logprobs(token_ids: list[int], rows: list[mx.array | None], k: int) -> list[TokenLogprob]:
+    """Per-token entries of one delta. rows: per token, the distribution it was drawn from
+    (mx.array [vocab] float32), or None for a token the grammar forced (jump-forward): logprob 0.0."""
     out = []
-    for j, t in enumerate(token_ids[:sampled]):
-        row = logprobs[j]
+    for t, row in zip(token_ids, rows):
+        if row is None:
+            out.append(TokenLogprob(t, 0.0, [(t, 0.0)] if k else []))
+            continue
         top_pairs = []
         if k:
             top = mx.argpartition(-row, kth=k - 1)[:k]
@@ -142,5 +140,4 @@ def _token_logprobs(token_ids: list[int], logprobs: mx.array | None, k: int) -> 
             pairs = sorted(zip(top.tolist(), values.tolist()), key=lambda x: -x[1])
             top_pairs = [(i, v) for i, v in pairs if v != float("-inf")]  # masked-out tokens are no alternative
         out.append(TokenLogprob(t, row[t].item(), top_pairs))
-    out += [TokenLogprob(t, 0.0, [(t, 0.0)] if k else []) for t in token_ids[sampled:]]
     return out

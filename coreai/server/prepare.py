@@ -55,7 +55,12 @@ class Preparer:
                 presence_penalty=req.presence_penalty or 0.0,
                 frequency_penalty=req.frequency_penalty or 0.0,
                 seed=req.seed,
+                logit_bias=req.logit_bias,
             )
+            if sampling.logit_bias and max(sampling.logit_bias) >= self.model.vocab_size:
+                raise ValueError(
+                    f"logit_bias names token {max(sampling.logit_bias)}; the model has {self.model.vocab_size}"
+                )
         except ValueError as exc:
             raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from None
         return GenerationParams(

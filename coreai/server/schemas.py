@@ -154,6 +154,7 @@ class SamplingFields(Request):
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None  # token id (a JSON object key) -> bias in [-100, 100]
     seed: int | None = None
     stop: str | list[str] | None = Field(default=None, max_length=4)
     n: int = 1

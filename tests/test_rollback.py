@@ -1,0 +1,135 @@
+"""Validate-and-rollback: keywords the grammar cannot express, enforced while decoding (see
+`guided.checker`). Each generation is pushed toward a violation with a logit bias on the tiny
+random-weight model (real Qwen tokenizer), and must end valid after rolling back, with the retries
+counted in `result.stats`."""
+
+from __future__ import annotations
+
+import pytest
+
+from guided import ConstrainedSession
+from guided.checker import CheckPlan
+
+
+def bias(model, *texts, value=40.0) -> dict[int, float]:
+    """A strong logit bias toward every token of `texts`, also when spelled after a quote."""
+    spellings = [s for text in texts for s in (text, '"' + text)]
+    return {t: value for text in spellings for t in model.tokenizer.encode(text, add_special_tokens=False)}
+
+
+CASES = {
+    "uniqueItems": (
+        {
+            "type": "array",
+            "items": {"enum": ["red", "green", "blue"]},
+            "minItems": 3,
+            "maxItems": 3,
+            "uniqueItems": True,
+        },
+        ["red"],
+    ),
+    "not": (
+        {
+            "type": "object",
+            "properties": {"color": {"enum": ["red", "green", "blue"], "not": {"const": "red"}}},
+            "required": ["color"],
+        },
+        ["red"],
+    ),
+    "contains": (
+        {"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 2, "maxItems": 2, "contains": {"const": "y"}},
+        ["x"],
+    ),
+    "if/then": (
+        {
+            "type": "object",
+            "properties": {"kind": {"enum": ["a", "b"]}, "size": {"enum": ["big", "small"]}},
+            "required": ["kind", "size"],
+            "if": {"properties": {"kind": {"const": "a"}}},
+            "then": {"properties": {"size": {"const": "small"}}},
+        },
+        ["a", "big"],
+    ),
+    "dependentRequired": (
+        {
+            "type": "object",
+            "properties": {"a": {"enum": [1]}, "b": {"enum": [2]}},
+            "dependentRequired": {"a": ["b"]},
+        },
+        ['{"a"', "}"],
+    ),
+    "oneOf": ({"oneOf": [{"enum": [5, 6]}, {"enum": [5, 7]}]}, ["5"]),
+    "format": ({"type": "string", "format": "regex", "minLength": 1, "maxLength": 1}, ["("]),
+    "propertyNames": (
+        {
+            "type": "object",
+            "properties": {"no": {"enum": [1]}, "ok": {"enum": [1]}},
+            "propertyNames": {"enum": ["ok"]},
+            "minProperties": 1,
+        },
+        ["no"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_biased_violation_is_rolled_back(tiny_model, name):
+    schema, texts = CASES[name]
+    session = ConstrainedSession(tiny_model, schema=schema)
+    assert session.compiled.validated, "the keyword should be enforced by validate-and-rollback"
+    plain = ConstrainedSession(tiny_model, schema=schema, lenient=True, max_retries=0)
+    pushed = plain.generate("x", max_tokens=40, logit_bias=bias(tiny_model, *texts))
+    assert not pushed.valid, "the bias should push the generation into the violation"
+    result = session.generate("x", max_tokens=40, logit_bias=bias(tiny_model, *texts))
+    assert result.finish_reason == "stop" and result.valid, (result.text, result.errors, result.stats.violations)
+    assert result.stats.retries >= 1 and len(result.stats.violations) == result.stats.retries
+
+
+def test_streamed_text_is_never_taken_back(tiny_model):
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"enum": ["ann"]},
+            "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 3, "uniqueItems": True},
+        },
+        "required": ["name", "tags"],
+    }
+    session = ConstrainedSession(tiny_model, schema=schema)
+    deltas = list(session.stream("x", max_tokens=40, logit_bias=bias(tiny_model, "red")))
+    result = deltas[-1].result
+    assert result.valid and result.stats.retries >= 1
+    assert "".join(d.text for d in deltas) == result.text
+    assert [t for d in deltas for t in d.token_ids] == result.token_ids
+    # the name streamed before the array (held back while open) was finished
+    assert deltas[0].text.startswith('{"name":"ann"')
+
+
+def test_no_alternative_or_no_budget_ends_in_error(tiny_model):
+    only_red = {"enum": ["red"], "not": {"const": "red"}}  # the grammar forces "red": nothing to retry
+    result = ConstrainedSession(tiny_model, schema=only_red).generate("x", max_tokens=10)
+    assert result.finish_reason == "error" and not result.valid
+    assert "not at /" in result.error and "no sampled token" in result.error
+    schema, texts = CASES["uniqueItems"]
+    result = ConstrainedSession(tiny_model, schema=schema, max_retries=0).generate(
+        "x", max_tokens=40, logit_bias=bias(tiny_model, *texts)
+    )
+    assert result.finish_reason == "error" and not result.valid and "uniqueItems" in result.error
+
+
+def test_checked_values_follow_refs_and_items():
+    schema = {
+        "$defs": {
+            "tags": {"type": "array", "uniqueItems": True},
+            "node": {"properties": {"kids": {"items": {"$ref": "#/$defs/node"}}}, "not": {}},
+        },
+        "properties": {
+            "a": {"$ref": "#/$defs/tags"},
+            "b": {"items": {"format": "iri"}},
+            "tree": {"$ref": "#/$defs/node"},
+        },
+    }
+    paths = {("$defs", "tags", "uniqueItems"), ("properties", "b", "items", "format"), ("$defs", "node", "not")}
+    plan = CheckPlan(schema, frozenset(paths))
+    assert plan.patterns == {("a",), ("b", "*"), ("tree",), ("tree", "kids", "*", "**")}
+    assert plan.checked(("a",)) and plan.checked(("b", 3)) and plan.checked(("tree", "kids", 0, "kids", 1))
+    assert not plan.checked(("b",)) and not plan.checked(("c",)) and not plan.checked(())
