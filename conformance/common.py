@@ -143,7 +143,8 @@ def tokenize(hf, info, text: str) -> tuple[list[int], bool]:
 
 
 def accepts(compiled, tokens: list[int]) -> bool:
-    """True if the matcher accepts every token and can end there (EOS allowed).
+    """True if the matcher accepts every token and can end there (EOS allowed), and no value fails
+    the checks of validate-and-rollback.
 
     llguidance 1.9.1 can reject, in a copy of a matcher that has computed a mask (as every template of
     ours has), a valid string it accepts from a matcher that never did (a pattern with bounded
@@ -151,6 +152,8 @@ def accepts(compiled, tokens: list[int]) -> bool:
     Generation computes a mask before every sampled token and is not affected, so a rejection is
     judged again with a matcher built from the grammar text.
     """
+    if not _checks_pass(compiled, tokens):
+        return False
     m = compiled.matcher()
     if m.accept_tokens(tokens) and m.is_accepting():
         return True
@@ -158,6 +161,16 @@ def accepts(compiled, tokens: list[int]) -> bool:
 
     fresh = LLMatcher(compiled.tokenizer.ll_tokenizer, compiled.spec.grammar, log_level=0)
     return fresh.try_consume_tokens(tokens) == len(tokens) and fresh.is_accepting()
+
+
+def _checks_pass(compiled, tokens: list[int]) -> bool:
+    """False if validate-and-rollback (`compiled.checks`) rejects a value of the output: what
+    decoding would have rolled back."""
+    if compiled.checks is None:
+        return True
+    checker = compiled.checks.checker()
+    data = b"".join(compiled.tokenizer.ll_tokenizer.decode_bytes([t]) for t in tokens)
+    return checker.feed(data) is None and checker.end() is None
 
 
 def validates(value, schema) -> bool:

@@ -60,7 +60,8 @@ def random_generation(compiled, hf, bias: mx.array, seed: int, max_tokens: int =
     """One generation through `ConstrainedDecodingStrategy` with random logits.
 
     Returns {"finish": "stop" / "error" / "length", "complete": bool, "text": str, "tokens": int,
-    "forward_passes": int, "early_stop": bool (finished "stop" while the grammar was not complete)}.
+    "forward_passes": int, "early_stop": bool (finished "stop" while the grammar was not complete),
+    "retries": validate-and-rollback retries}.
     """
     from guided import ConstrainedDecodingStrategy
     from runtime.sampling import SamplingParams
@@ -77,6 +78,7 @@ def random_generation(compiled, hf, bias: mx.array, seed: int, max_tokens: int =
         key, sub = mx.random.split(key)
         logits = mx.random.normal((1, compiled.tokenizer.vocab_size), key=sub) + bias * (0.3 * max(0, i - 4))
         step = strategy.step(logits)
+        del tokens[len(tokens) - step.rollback :]  # validate-and-rollback took tokens back
         tokens += [t for t in step.tokens if t not in eos]
         if step.finish:
             finish = step.finish
@@ -88,6 +90,7 @@ def random_generation(compiled, hf, bias: mx.array, seed: int, max_tokens: int =
         "tokens": len(tokens),
         "forward_passes": strategy.stats.forward_passes,
         "early_stop": finish == "stop" and not strategy.complete,
+        "retries": strategy.stats.retries,
     }
 
 

@@ -1,4 +1,4 @@
-"""The `coreai` command line: `export`, `generate`, `serve`, `bench`, `models`, `demo`.
+"""The `coreai` command line: `export`, `generate`, `check-schema`, `serve`, `bench`, `models`, `demo`.
 
 Each subcommand lives in its own module `coreai/commands/<name>.py` with `register(subparsers)`,
 which adds its parser and sets `func(args) -> int`. Errors of the library's hierarchy are printed as
@@ -14,7 +14,7 @@ import sys
 
 from coreai.errors import ExportError, GrammarError, ModelNotFound
 
-COMMANDS = ("models", "export", "generate", "bench", "serve", "demo")
+COMMANDS = ("models", "export", "generate", "check-schema", "bench", "serve", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,9 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"coreai.commands.{name}")
+            module = importlib.import_module(f"coreai.commands.{name.replace('-', '_')}")
         except ModuleNotFoundError as exc:
-            if exc.name != f"coreai.commands.{name}":
+            if exc.name != f"coreai.commands.{name.replace('-', '_')}":
                 raise
             continue
         module.register(sub)

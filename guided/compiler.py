@@ -47,6 +47,9 @@ class CompiledGrammar:
     """A grammar compiled for one tokenizer. Shared between threads and generations (read-only);
     each generation gets its own `GrammarMatcher` from `matcher()`.
 
+    spec: the spec the engine compiled (with validate-and-rollback: the schema's lenient variant,
+    where the engine leaves out what it cannot express).
+
     compile_seconds: wall time of the compile (s). validated: keywords the grammar leaves out and the
     decoder enforces by validate-and-rollback (`checks` says how; see `guided.checker`).
     not_enforced: lenient-mode gaps, keywords enforced by neither (empty otherwise).
@@ -265,7 +268,6 @@ def compile_grammar(
             compiled = _compile(json_spec(json.dumps(spec.schema), spec.kind, *_flags(spec), True), tokenizer, limits)
         except GrammarError:
             raise refusal from None
-        compiled.spec = spec
         if any(not _can_validate(spec.schema, n) for n in compiled.not_enforced):
             raise refusal from None
     if compiled.not_enforced:

@@ -16,6 +16,7 @@ import mlx.core as mx
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
 from guided.compiler import NotEnforced
+from guided.enforcement import KeywordEnforcement, enforcement
 from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats, Reasoning
 from guided.tokenizer_info import get_tokenizer_info
@@ -133,6 +134,12 @@ class ConstrainedSession:
         if markers is not None:
             self.reasoning = Reasoning(ReasoningTokens.of(markers, model.tokenizer.hf), max_reasoning_tokens)
         self.reasoning_markers = markers
+
+    @property
+    def enforcement(self) -> tuple[KeywordEnforcement, ...]:
+        """How each keyword of the schema is enforced: by the grammar, by validate-and-rollback, or
+        not at all (lenient mode); see `guided.enforcement`. () for non-JSON constraints."""
+        return enforcement(self.compiled)
 
     @property
     def bitmask(self) -> TokenBitmask:

@@ -879,3 +879,33 @@ def test_qwen_forced_tool_call_defaults(qwen, tool_choice, max_tokens):
     )
     if isinstance(tool_choice, dict):
         assert len(choice.message.tool_calls) == 1 and r.usage.completion_tokens < max_tokens
+
+
+UNIQUE = {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 3, "maxItems": 3, "uniqueItems": True}
+
+
+def test_validate_and_rollback_through_the_server(tiny, tiny_model):
+    """uniqueItems (beyond the grammar) is enforced by validate-and-rollback: a logit bias toward
+    "red" makes the model repeat it, and the reply is still valid, streamed or not; the response
+    header says how each keyword was enforced."""
+    red = {str(t): 40 for text in ("red", '"red') for t in tiny_model.tokenizer.encode(text, add_special_tokens=False)}
+    kwargs = dict(
+        model="tiny",
+        messages=USER,
+        max_tokens=30,
+        logit_bias=red,
+        response_format={"type": "json_schema", "json_schema": {"name": "colors", "schema": UNIQUE}},
+    )
+    raw = client(tiny).chat.completions.with_raw_response.create(**kwargs)
+    assert raw.headers["x-coreai-enforcement"] == "validate-and-rollback uniqueItems /uniqueItems"
+    r = raw.parse()
+    assert r.choices[0].finish_reason == "stop"
+    value = json.loads(r.choices[0].message.content)
+    jsonschema.validate(value, UNIQUE)
+    chunks = list(client(tiny).chat.completions.create(stream=True, **kwargs))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert json.loads(text) == value
+    plain = client(tiny).chat.completions.with_raw_response.create(
+        model="tiny", messages=USER, max_tokens=5, response_format={"type": "json_object"}
+    )
+    assert plain.headers["x-coreai-enforcement"] == "grammar"

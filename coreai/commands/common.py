@@ -125,6 +125,21 @@ def constrained_session(model, args):
     return None
 
 
+def print_enforcement(session, result) -> None:
+    """On stderr: the schema keywords not enforced by the grammar alone, and the retries they caused."""
+    from guided.enforcement import GRAMMAR, summary
+
+    rows = summary(session.enforcement)
+    by_grammar = sum(n for _, how, n, _ in rows if how == GRAMMAR)
+    for keyword, how, n, pointers in rows:
+        if how != GRAMMAR:
+            print(f"[{keyword}: {how} at {', '.join(pointers)}]", file=sys.stderr)
+    if rows:
+        print(f"[{by_grammar} keyword occurrences enforced by the grammar]", file=sys.stderr)
+    for violation in result.stats.violations:
+        print(f"[retried: {violation}]", file=sys.stderr)
+
+
 def print_stats(result, verbose: bool = False) -> None:
     """One line of figures on stderr; `verbose` adds forward passes and the speculative counters."""
     t = result.timings

@@ -61,6 +61,8 @@ def run(args) -> int:
             print(f"[reasoning] {result.reasoning}", file=sys.stderr)
         print(result.text)
     common.print_stats(result, args.verbose)
+    if session is not None and args.verbose:
+        common.print_enforcement(session, result)
     if session is not None and not result.valid:
         print(f"coreai generate: invalid output: {'; '.join(result.errors)}", file=sys.stderr)
         return 1

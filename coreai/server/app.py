@@ -4,7 +4,8 @@
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the single generation
 worker (429 when the queue is full). Responses and SSE chunks follow OpenAI's shapes; a client that
-disconnects cancels its generation.
+disconnects cancels its generation. A constrained response carries `x-coreai-enforcement`: how its
+schema's keywords are enforced (`enforcement_headers`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import contextlib
 import logging
 import time
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from coreai.server import schemas as s
 from coreai.server.config import ServerConfig
-from coreai.server.constraints import Constraints
+from coreai.server.constraints import Constraints, enforcement_headers
 from coreai.server.engine import Engine, GenerationParams
 from coreai.server.errors import APIError, install as install_error_handlers
 from coreai.server.guard import Guard
@@ -93,27 +94,29 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
                 429, str(exc), "rate_limit_error", None, "queue_full", headers={"Retry-After": str(exc.retry_after)}
             ) from None
 
-    async def respond(req, request: Request, prepare, reply_class):
+    async def respond(req, request: Request, response: Response, prepare, reply_class):
         check_model(req.model)
         params, constraint = await run_in_threadpool(prepare, req)
         job = submit(params)
         reply = reply_class(req, constraint, model, name)
         reply.reasoning = reasoning_of(model, req, params.prompt_ids)
+        headers = enforcement_headers(constraint.session) if constraint else {}
         if req.stream:
-            return StreamingResponse(sse(reply.stream(job)), media_type="text/event-stream")
+            return StreamingResponse(sse(reply.stream(job)), media_type="text/event-stream", headers=headers)
+        response.headers.update(headers)
         pieces, result = await collect(job, request)
         if result is None:
             return JSONResponse({}, status_code=499)  # the client is gone; nobody reads this
         return reply.complete(pieces, result)
 
     @app.post("/v1/chat/completions", response_model=s.ChatCompletion, responses=ERROR_RESPONSES)
-    async def chat_completions(req: s.ChatCompletionRequest, request: Request):
+    async def chat_completions(req: s.ChatCompletionRequest, request: Request, response: Response):
         """OpenAI chat completions (stream: SSE of `chat.completion.chunk`s ending `data: [DONE]`)."""
-        return await respond(req, request, preparer.chat, ChatReply)
+        return await respond(req, request, response, preparer.chat, ChatReply)
 
     @app.post("/v1/completions", response_model=s.Completion, responses=ERROR_RESPONSES)
-    async def completions(req: s.CompletionRequest, request: Request):
+    async def completions(req: s.CompletionRequest, request: Request, response: Response):
         """OpenAI legacy text completions of a plain prompt (no chat template)."""
-        return await respond(req, request, preparer.completion, CompletionReply)
+        return await respond(req, request, response, preparer.completion, CompletionReply)
 
     return app

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from coreai.errors import GrammarError, SchemaError
 from coreai.server import tools as tool_format
@@ -22,6 +23,7 @@ from coreai.server.schemas import (
     SamplingFields,
 )
 from guided import ConstrainedSession, TokenizerInfo
+from guided.enforcement import GRAMMAR
 from runtime import Model
 
 REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
@@ -136,3 +138,12 @@ class Constraints:
                 f"tool_choice names the function {choice.function.name!r}, which is not in tools", "tool_choice"
             )
         return "required", [f for f in functions if f.name == choice.function.name]
+
+
+def enforcement_headers(session: ConstrainedSession) -> dict[str, str]:
+    """The `x-coreai-enforcement` response header of a constrained request: "grammar" when the grammar
+    enforces every keyword of the schema (and for regex, choices, grammars), else "; "-separated
+    "<how> <keyword> <pointer>" entries for the keywords enforced otherwise (validate-and-rollback;
+    not enforced, in lenient mode), pointers percent-encoded to stay ASCII."""
+    entries = [f"{e.how} {e.keyword} {quote(e.pointer, safe='/~$')}" for e in session.enforcement if e.how != GRAMMAR]
+    return {"x-coreai-enforcement": "; ".join(entries) or GRAMMAR}
