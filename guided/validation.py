@@ -36,7 +36,8 @@ def _hostname_labels_ok(instance) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _format_checker(cls) -> "jsonschema.FormatChecker":
-    """The draft's format checker with a stricter `hostname` (see `_hostname_labels_ok`)."""
+    """The draft's format checker with a stricter `hostname` (see `_hostname_labels_ok`) and
+    `idn-hostname` (`_no_trailing_separator`)."""
     # FormatChecker(names) would look the names up in the registry shared by all drafts, where "time"
     # is draft 3's "%H:%M:%S"; copy this draft's own functions instead.
     import jsonschema
@@ -46,7 +47,19 @@ def _format_checker(cls) -> "jsonschema.FormatChecker":
     if "hostname" in checker.checkers:
         base, raises = checker.checkers["hostname"]
         checker.checks("hostname", raises)(lambda value: base(value) and _hostname_labels_ok(value))
+    if "idn-hostname" in checker.checkers:
+        idn, idn_raises = checker.checkers["idn-hostname"]
+        checker.checks("idn-hostname", idn_raises)(lambda value: idn(value) and _no_trailing_separator(value))
     return checker
+
+
+# Label separators of internationalized host names (RFC 3490 section 3.1): a host name does not end
+# with one; jsonschema's idn-hostname check (the idna package) lets a trailing one through.
+_SEPARATORS = (".", "\u3002", "\uff0e", "\uff61")
+
+
+def _no_trailing_separator(instance) -> bool:
+    return not isinstance(instance, str) or not instance.endswith(_SEPARATORS)
 
 
 def check_json(text: str, schema) -> tuple[Any, list[str]]:
@@ -75,9 +88,12 @@ def can_validate(schema, keyword: str, value=None) -> bool:
 
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     if keyword == "format":
-        return value in _format_checker(cls).checkers
+        return value in _format_checker(cls).checkers and value not in _NOT_CHECKED_FORMATS
     return _CHECKED_BY.get(keyword, keyword) in cls.VALIDATORS
 
+
+# Formats jsonschema checks in another dialect: "regex" with Python's `re`, not ECMA 262.
+_NOT_CHECKED_FORMATS = frozenset({"regex"})
 
 # Keywords jsonschema checks inside another keyword's validator.
 _CHECKED_BY = {"then": "if", "else": "if", "minContains": "contains", "maxContains": "contains"}

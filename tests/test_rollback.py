@@ -59,7 +59,7 @@ CASES = {
         ['{"a"', "}"],
     ),
     "oneOf": ({"oneOf": [{"enum": [5, 6]}, {"enum": [5, 7]}]}, ["5"]),
-    "format": ({"type": "string", "format": "regex", "minLength": 1, "maxLength": 1}, ["("]),
+    "format": ({"type": "string", "format": "iri-reference", "minLength": 1, "maxLength": 1}, [" "]),
     "propertyNames": (
         {
             "type": "object",
