@@ -47,6 +47,17 @@ from runtime.strategy import DecodingStrategy, Drafter
 _MODEL_KEY = "model"  # LRUPromptCache keys entries by model; one batch serves one model
 
 
+class _SoloDrafter:
+    """A row's drafter, asked only while the row is alone in the batch (a draft model's passes are
+    not wasted on drafts that would not be fed)."""
+
+    def __init__(self, drafter: Drafter, batch: "BatchGenerator"):
+        self.drafter, self.batch = drafter, batch
+
+    def propose(self, context: list[int], n: int) -> list[int]:
+        return self.drafter.propose(context, n) if self.batch.solo else []
+
+
 @dataclass
 class Row:
     """One sequence of the batch. `tag`: the caller's handle (e.g. a server job)."""
@@ -127,7 +138,7 @@ class BatchGenerator:
             reused = len(prompt_ids) - len(rest) if cache is not None else 0
         cache = cache or make_prompt_cache(self.network)
         if drafter is not None and can_trim_prompt_cache(cache):
-            strategy.begin(list(prompt_ids), drafter)
+            strategy.begin(list(prompt_ids), _SoloDrafter(drafter, self))
         else:
             strategy.begin(list(prompt_ids))
         seq = Sequence(
@@ -136,6 +147,11 @@ class BatchGenerator:
         row = Row(seq, strategy, tag, cache, list(prompt_ids[reused:]), list(prompt_ids[:reused]))
         self.waiting.append(row)
         return row
+
+    @property
+    def solo(self) -> bool:
+        """One row decodes and none waits: the only time drafts are fed."""
+        return len(self.active) == 1 and not self.waiting
 
     def step(self) -> list[tuple[Row, Delta]]:
         """One step of the batch: apply the last pass's logits and emit each row's text, let rows leave
@@ -233,10 +249,9 @@ class BatchGenerator:
     def _forward(self) -> None:
         """One forward pass over every active row's feed, right-padded to the longest; each row's
         logits are the last `rows` positions of its own feed."""
-        solo = len(self.active) == 1 and not self.waiting
         for row in self.active:
             if row.seq.step is not None:  # not the first pass of a row that just joined
-                row.feed, row.rows = row.seq.next_feed(None if solo else 0)
+                row.feed, row.rows = row.seq.next_feed(None if self.solo else 0)
             row.tokens += row.feed
         lengths = [len(row.feed) for row in self.active]
         width = max(lengths)
