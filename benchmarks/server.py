@@ -6,14 +6,32 @@
    request had the same system prompt) and cold (the cache holds another prompt).
 
     python -m benchmarks.server [MODEL] [--max-tokens 64] [--repeats 3] [--out bench_server.json]
+
+With `--concurrency 1,2,4,8` it measures continuous batching instead: the same mixed workload (half
+`json_schema`, half free text, `--max-tokens` 48 each, `--requests` of them) sent with that many in
+flight to `coreai serve`, and the free half alone to coreai and to mlx-lm's server
+(`mlx_lm.server`, which batches too), both started as subprocesses on the same float32 weights and
+the same OpenBLAS; it reports aggregate tok/s (completion tokens / wall time of the whole set),
+per-request decode tok/s (after the first token, median), TTFT p50/p95 and how many constrained
+outputs were valid, and writes JSON (default `benchmarks/results/server_concurrency.json`).
+
+    python -m benchmarks.server --concurrency 1,2,4,8 [--requests 8] [--max-batch 8]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import coreai
 from coreai import store
@@ -65,13 +83,246 @@ def _stream(base: str, messages, max_tokens: int) -> dict:
     }
 
 
+RECORD = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "maxLength": 40},
+        "year": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 3},
+    },
+    "required": ["title", "year", "tags"],
+    "additionalProperties": False,
+}
+TOPICS = ["the sea", "mountains", "a library", "trains", "bread", "the moon", "a garden", "rain", "chess", "bees"]
+
+
+def workload(n: int, tag: str, max_tokens: int, model: str) -> list[dict]:
+    """`n` request bodies for `model`, alternating json_schema and free text. `tag` starts every user
+    message, so no level of the run reuses another level's prompts from a prefix cache."""
+    bodies = []
+    for i in range(n):
+        topic = TOPICS[i % len(TOPICS)]
+        body = {"model": model, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+        body["stream_options"] = {"include_usage": True}
+        if i % 2 == 0:
+            content = f"[{tag}] Describe a book about {topic} as JSON with a title, a year and tags."
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "book", "schema": RECORD}}
+        else:
+            content = f"[{tag}] Write a long, detailed paragraph about {topic}."
+        body["messages"] = [{"role": "user", "content": content}]
+        bodies.append(body)
+    return bodies
+
+
+def _timed(base: str, body: dict) -> dict:
+    """One streamed request: TTFT (s), decode tok/s after the first token, completion tokens (from
+    usage, else one per content chunk), the text, and its start/end times (perf_counter seconds)."""
+    import httpx
+
+    start = time.perf_counter()
+    first = last = None
+    chunks, usage, text = 0, None, ""
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=1800) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                first = first or time.perf_counter()
+                last = time.perf_counter()
+                chunks += 1
+                text += chunk["choices"][0]["delta"]["content"]
+    n = usage["completion_tokens"] if usage else chunks
+    return {
+        "ttft": (first or last or start) - start,
+        "decode_tps": (n - 1) / (last - first) if first and n > 1 and last > first else 0.0,
+        "completion_tokens": n,
+        "text": text,
+        "start": start,
+        "end": time.perf_counter(),
+    }
+
+
+def run_level(base: str, bodies: list[dict], concurrency: int) -> dict:
+    """Send `bodies` with `concurrency` in flight; aggregate and per-request figures."""
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda b: _timed(base, b), bodies))
+    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+    ttfts = sorted(r["ttft"] for r in results)
+    valid = 0
+    for body, r in zip(bodies, results):
+        if "response_format" in body:
+            try:
+                import jsonschema
+
+                jsonschema.validate(json.loads(r["text"]), RECORD)
+                valid += 1
+            except ValueError:
+                pass
+    return {
+        "concurrency": concurrency,
+        "requests": len(bodies),
+        "completion_tokens": sum(r["completion_tokens"] for r in results),
+        "wall_seconds": wall,
+        "aggregate_tps": sum(r["completion_tokens"] for r in results) / wall,
+        "per_request_decode_tps": statistics.median(r["decode_tps"] for r in results),
+        "ttft_p50": statistics.median(ttfts),
+        "ttft_p95": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
+        "constrained": sum("response_format" in b for b in bodies),
+        "constrained_valid": valid,
+    }
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _float32_copy(folder: Path, into: Path) -> Path:
+    """The model folder with float32 weights (what coreai computes in on the CPU), for mlx_lm.server."""
+    import mlx.core as mx
+
+    into.mkdir(parents=True, exist_ok=True)
+    for f in folder.iterdir():
+        if not f.name.startswith("model.safetensors"):
+            shutil.copy(f, into / f.name)
+    weights = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        weights.update(
+            {k: v.astype(mx.float32) if mx.issubdtype(v.dtype, mx.floating) else v for k, v in mx.load(str(f)).items()}
+        )
+    mx.save_safetensors(str(into / "model.safetensors"), weights)
+    return into
+
+
+class _Server:
+    """A server subprocess on a free loopback port; `base` is its URL once it answers /v1/models."""
+
+    def __init__(self, code: str, args: list[str]):
+        self.port = _port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+        )
+        argv = [sys.executable, "-c", code, *[a.replace("{port}", str(self.port)) for a in args]]
+        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self):
+        import httpx
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.process.returncode}")
+            try:
+                httpx.get(self.base + "/v1/models", timeout=2)
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        raise RuntimeError("the server did not start")
+
+    def __exit__(self, *exc):
+        self.process.terminate()
+        self.process.wait(30)
+
+
+# Both servers load the system OpenBLAS before MLX (mlx_lm.server alone would use the bundled,
+# ~40x slower reference BLAS; see runtime.blas).
+CODE_COREAI = "import sys; from coreai.cli import main; sys.exit(main(sys.argv[1:]))"
+CODE_MLX_LM = (
+    "import sys; from runtime.blas import setup_blas; setup_blas(); "
+    "sys.argv = ['mlx_lm.server', *sys.argv[1:]]; from mlx_lm.server import main; main()"
+)
+
+
+def concurrency_main(args) -> int:
+    levels = [int(c) for c in args.concurrency.split(",")]
+    folder = store.ensure(args.model) if not Path(args.model).is_dir() else Path(args.model)
+    results = {"model": args.model, "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": []}
+
+    def free(c: int, who: str, model: str) -> list[dict]:
+        return [
+            b
+            for b in workload(args.requests, f"free c={c} {who}", args.max_tokens, model)
+            if "response_format" not in b
+        ]
+
+    coreai_args = ["serve", str(folder), "--port", "{port}", "--max-batch", str(args.max_batch), "--max-queue", "64"]
+    with _Server(CODE_COREAI, coreai_args) as server:
+        import httpx
+
+        name = httpx.get(server.base + "/v1/models").json()["data"][0]["id"]
+        _timed(server.base, workload(2, "warm-up", 4, name)[1])
+        for c in levels:
+            mixed = workload(args.requests, f"mixed c={c}", args.max_tokens, name)
+            level = {"concurrency": c, "coreai_mixed": run_level(server.base, mixed, c)}
+            level["coreai_free"] = run_level(server.base, free(c, "coreai", name), min(c, args.requests // 2))
+            results["levels"].append(level)
+            print(_line("coreai mixed", level["coreai_mixed"]), flush=True)
+            print(_line("coreai free", level["coreai_free"]), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        f32 = _float32_copy(folder, Path(tmp) / "f32")
+        mlx_args = ["--model", str(f32), "--port", "{port}", "--temp", "0", "--max-tokens", str(args.max_tokens)]
+        with _Server(CODE_MLX_LM, mlx_args) as server:
+            _timed(server.base, workload(2, "warm-up", 4, "default_model")[1])
+            for level in results["levels"]:
+                c = level["concurrency"]
+                level["mlx_lm_free"] = run_level(
+                    server.base, free(c, "mlx_lm", "default_model"), min(c, args.requests // 2)
+                )
+                print(_line("mlx_lm free", level["mlx_lm_free"]), flush=True)
+    base = results["levels"][0]["coreai_mixed"]["aggregate_tps"]
+    for level in results["levels"]:
+        level["coreai_mixed"]["speedup_over_first_level"] = level["coreai_mixed"]["aggregate_tps"] / base
+    print()
+    print(
+        "| concurrency | coreai mixed agg tok/s | speedup | per-request tok/s | TTFT p50 / p95 s | valid JSON "
+        "| coreai free agg tok/s | mlx_lm free agg tok/s |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for level in results["levels"]:
+        m, f, x = level["coreai_mixed"], level["coreai_free"], level["mlx_lm_free"]
+        print(
+            f"| {level['concurrency']} | {m['aggregate_tps']:.2f} | {m['speedup_over_first_level']:.2f}x "
+            f"| {m['per_request_decode_tps']:.2f} | {m['ttft_p50']:.2f} / {m['ttft_p95']:.2f} "
+            f"| {m['constrained_valid']}/{m['constrained']} | {f['aggregate_tps']:.2f} | {x['aggregate_tps']:.2f} |"
+        )
+    out = Path(args.out or "benchmarks/results/server_concurrency.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"written {out}")
+    return 0
+
+
+def _line(name: str, r: dict) -> str:
+    return (
+        f"{name:12s} c={r['concurrency']}: {r['requests']} requests, {r['completion_tokens']} tokens in "
+        f"{r['wall_seconds']:.1f} s = {r['aggregate_tps']:.2f} tok/s aggregate, {r['per_request_decode_tps']:.2f} "
+        f"tok/s per request, TTFT p50 {r['ttft_p50']:.2f} s p95 {r['ttft_p95']:.2f} s, "
+        f"valid {r['constrained_valid']}/{r['constrained']}"
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default=store.DEFAULT_MODEL)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=None, help="64; 48 with --concurrency")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default="bench_server.json")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--concurrency", help="e.g. 1,2,4,8: measure batching at these concurrencies")
+    parser.add_argument("--requests", type=int, default=8, help="requests per concurrency level (--concurrency)")
+    parser.add_argument("--max-batch", type=int, default=8, help="the coreai server's --max-batch (--concurrency)")
     args = parser.parse_args(argv)
+    if args.concurrency:
+        args.max_tokens = args.max_tokens or 48
+        return concurrency_main(args)
+    args.max_tokens = args.max_tokens or 64
+    args.out = args.out or "bench_server.json"
     model = coreai.load(args.model)
     greedy = SamplingParams(temperature=0)
 

@@ -27,6 +27,11 @@ from runtime.sampling import SamplingParams
 from runtime.speculative import make_drafter
 
 
+def thinking_enabled(chat_template_kwargs: dict | None) -> bool:
+    """False when the template variables turn reasoning off ({"enable_thinking": False})."""
+    return (chat_template_kwargs or {}).get("enable_thinking", True) is not False
+
+
 @dataclass
 class GuidedResult(GenerationResult):
     """A `GenerationResult` with the grammar's verdict.
@@ -184,11 +189,12 @@ class ConstrainedSession:
             raise ValueError(f"give either sampling= or sampling fields ({', '.join(fields)}), not both")
         sampling = sampling or SamplingParams(**fields)
         kwargs.setdefault("speculative", self.speculative)
-        thinking = (kwargs.get("chat_template_kwargs") or {}).get("enable_thinking", True) is not False
-        strategy = self.strategy(sampling, kwargs.get("logprobs", False), thinking)
+        strategy = self.strategy(
+            sampling, kwargs.get("logprobs", False), thinking_enabled(kwargs.get("chat_template_kwargs"))
+        )
         for delta in self.model.stream(prompt, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):
             if delta.result is not None:
-                delta.result = self._verdict(delta.result, strategy)
+                delta.result = self.verdict(delta.result, strategy)
             yield delta
 
     def generate(self, prompt, **kwargs) -> GuidedResult:
@@ -198,8 +204,9 @@ class ConstrainedSession:
                 return delta.result
         raise AssertionError("stream ended without a result")
 
-    def _verdict(self, result: GenerationResult, strategy: ConstrainedDecodingStrategy) -> GuidedResult:
-        """The grammar's and the final check's verdict. An output that ended "stop" but is not valid
+    def verdict(self, result: GenerationResult, strategy: ConstrainedDecodingStrategy) -> GuidedResult:
+        """The grammar's and the final check's verdict on a generation `strategy` (from `strategy()`)
+        drove, in this loop or another (the server's batch). An output that ended "stop" but is not valid
         (a stop string cut what the grammar still required; the final check failed) is reported
         with finish_reason "error": never invalid output presented as a normal stop."""
         complete = result.finish_reason == "stop" and strategy.complete

@@ -28,7 +28,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from runtime.prompt_cache import PromptCache
 from runtime.stops import StopStrings
-from runtime.strategy import DecodingStrategy, Drafter
+from runtime.strategy import DecodingStrategy, Drafter, Step
 
 
 @dataclass
@@ -82,6 +82,159 @@ class Delta:
     logprobs: list[mx.array | None] | None = None  # per token: [vocab] float32, None for a forced token
     finish_reason: str | None = None
     result: GenerationResult | None = field(default=None, repr=False)
+
+
+class Sequence:
+    """The bookkeeping of one generating sequence, shared by the single-sequence loop (`_generate`)
+    and the batched one (`runtime.batch`): applying a strategy's `Step` (trim counts for rejected
+    drafts and rollback, EOS, max_tokens, cancel), what to feed the model next, what text to emit
+    (detokenizer, stop strings), and the final `GenerationResult`. It touches neither the model nor
+    the KV cache: the loop feeds `next_feed()` and trims what `apply()` returns.
+
+    Per step the loop calls, in this order: `apply(step)` (then trims the KV cache), `next_feed()`
+    unless `finish` is set (then launches the forward pass), `emit()` (CPU work overlapping the pass).
+
+    prompt_ids: the prompt (non-empty). reused: prompt tokens taken from a prompt cache (not
+    prefilled). start: `time.perf_counter()` when the request started (seconds).
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        stop: list[str] | None = None,
+        cancel: threading.Event | None = None,
+        reused: int = 0,
+        start: float | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self.prompt_len = len(prompt_ids)
+        self.max_tokens = max_tokens
+        self.cancel = cancel
+        self.reused = reused
+        self.start = time.perf_counter() if start is None else start
+        self.first: float | None = None  # when the first step was applied (TTFT)
+        self.out: list[int] = []
+        self.text_parts: list[str] = []
+        self.stats = dict(forward_passes=1, forced_tokens=0, drafted_tokens=0, accepted_tokens=0)
+        self.detok = tokenizer.detokenizer()
+        self.stops = StopStrings(stop)
+        self.finish: str | None = None
+        self.error: str | None = None
+        self.step: Step | None = None  # the step applied last
+        self.appended: list[int] = []  # the tokens it appended to the output
+        self.drafted = 0  # draft tokens fed in the last forward pass
+        self.held: list[tuple[int, mx.array | None]] = []  # output not streamed yet (Step.hold), with logprobs
+        self.last_prompt_token = prompt_ids[-1]
+        self.refeed = False  # the last step appended nothing: score the last kept token again
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def apply(self, step: Step) -> int:
+        """Apply one strategy step to the output (rejected draft, rollback, new tokens, EOS,
+        max_tokens, the strategy's finish, cancel). Returns how many tokens to trim from the end of
+        this sequence's KV cache (the rejected draft tokens, then the rolled-back ones)."""
+        if self.first is None:
+            self.first = time.perf_counter()
+        self.step = step
+        trim = self.drafted - step.verified
+        self.stats["accepted_tokens"] += step.verified
+        if step.rollback:
+            if step.rollback > len(self.held):
+                raise RuntimeError(f"the strategy rolled back {step.rollback} tokens; {len(self.held)} were held back")
+            del self.out[len(self.out) - step.rollback :], self.held[len(self.held) - step.rollback :]
+            trim += step.rollback
+        self.stats["forced_tokens"] += step.forced
+        appended: list[int] = []
+        for t in step.tokens:
+            if t in self.tokenizer.eos_ids:
+                self.finish = "stop"
+                break
+            appended.append(t)
+            if len(self.out) + len(appended) >= self.max_tokens:
+                break
+        self.out.extend(appended)
+        self.appended = appended
+        rows = [] if step.logprobs is None else list(step.logprobs)  # the sampled tokens' rows; forced ones have none
+        self.held += [(t, rows[j] if j < len(rows) else None) for j, t in enumerate(appended)]
+        if self.finish is None and step.finish:
+            self.finish, self.error = step.finish, step.message
+        if self.finish is None and len(self.out) >= self.max_tokens:
+            self.finish = "length"
+        if self.finish is None and self.cancelled:
+            self.finish = "cancelled"
+        self.refeed = self.finish is None and not appended
+        return trim + self.refeed
+
+    def next_feed(self, max_draft: int | None = None) -> tuple[list[int], int]:
+        """The tokens of the next forward pass and how many logits rows the strategy needs from its
+        end: (the appended tokens not already in the KV cache + the draft, 1 + draft length). The
+        draft is cut at the token budget and at `max_draft` (None: no limit)."""
+        step = self.step
+        room = self.max_tokens - len(self.out) - 1  # a draft never runs past the budget
+        draft = step.draft[: room if max_draft is None else min(room, max_draft)]
+        self.drafted = len(draft)
+        self.stats["forward_passes"] += 1
+        self.stats["drafted_tokens"] += self.drafted
+        if self.refeed:
+            return [self.out[-1] if self.out else self.last_prompt_token] + draft, self.drafted + 1
+        return self.appended[step.verified :] + draft, self.drafted + 1
+
+    def emit(self) -> Delta | None:
+        """The text of the tokens released by the last step, as a `Delta` (the last one, with the
+        result, when the sequence finished), or None when there is nothing to stream. The last
+        `Step.hold` tokens wait (the strategy may still roll them back). Token by token, so a stop
+        string ends the output at the token that completes it, also when one step appended several
+        (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop"."""
+        release = len(self.held) if self.finish is not None else max(0, len(self.held) - self.step.hold)
+        emitted, self.held = self.held[:release], self.held[release:]
+        text = ""
+        for i, (t, _) in enumerate(emitted):
+            self.detok.add_token(t)
+            piece, hit = self.stops.feed(self.detok.last_segment)
+            text += piece
+            if hit:
+                self.finish = "stop"
+                del self.out[len(self.out) - (len(emitted) - i - 1) - len(self.held) :]
+                emitted, self.held = emitted[: i + 1], []
+                break
+        else:
+            if self.finish is not None:
+                self.detok.finalize()
+                piece, hit = self.stops.feed(self.detok.last_segment)
+                text += piece if hit else piece + self.stops.flush()
+                self.finish = "stop" if hit else self.finish
+        self.text_parts.append(text)
+        ids, logprobs = [t for t, _ in emitted], [row for _, row in emitted]
+        if self.finish is not None:
+            return Delta(text, ids, logprobs, self.finish, self.result())
+        return Delta(text, ids, logprobs) if text or ids else None
+
+    def end(self, finish: str, error: str | None = None) -> Delta:
+        """End the sequence outside a step (cancelled during prefill, failed): the last `Delta`."""
+        self.finish, self.error = finish, error
+        return Delta("", [], finish_reason=finish, result=self.result())
+
+    def result(self) -> GenerationResult:
+        now = time.perf_counter()
+        first, out = self.first, self.out
+        ttft = (first or now) - self.start
+        decode_time = now - (first or now)
+        timings = Timings(
+            ttft=ttft,
+            prefill_tps=(self.prompt_len - self.reused) / max(ttft, 1e-9) if first else 0.0,
+            decode_tps=(len(out) - 1) / decode_time if len(out) > 1 and decode_time > 0 else 0.0,
+            total=now - self.start,
+            peak_memory=mx.get_peak_memory(),
+        )
+        usage = Usage(self.prompt_len, len(out), self.reused)
+        return GenerationResult(
+            "".join(self.text_parts), out, self.finish, usage, timings, error=self.error, **self.stats
+        )
 
 
 def default_prefill_step() -> int:
@@ -156,31 +309,13 @@ def _generate(
     else:  # strategies that never speculate may take the prompt alone
         strategy.begin(list(prompt_ids))
     prefill_step_size = prefill_step_size or default_prefill_step()
-    out: list[int] = []
-    text_parts: list[str] = []
-    stats = dict(forward_passes=1, forced_tokens=0, drafted_tokens=0, accepted_tokens=0)
-    first = None
-
-    def result(finish: str, error: str | None = None) -> GenerationResult:
-        now = time.perf_counter()
-        ttft = (first or now) - start
-        decode_time = now - (first or now)
-        timings = Timings(
-            ttft=ttft,
-            prefill_tps=(len(prompt_ids) - reused) / max(ttft, 1e-9) if first else 0.0,
-            decode_tps=(len(out) - 1) / decode_time if len(out) > 1 and decode_time > 0 else 0.0,
-            total=now - start,
-            peak_memory=mx.get_peak_memory(),
-        )
-        return GenerationResult(
-            "".join(text_parts), out, finish, Usage(len(prompt_ids), len(out), reused), timings, error=error, **stats
-        )
+    seq = Sequence(tokenizer, prompt_ids, max_tokens=max_tokens, stop=stop, cancel=cancel, reused=reused, start=start)
 
     # Prefill all but the last prompt token in chunks; the last one produces the first logits.
     pending = list(prompt_ids[reused:])
     while len(pending) > 1:
-        if cancel is not None and cancel.is_set():
-            yield Delta("", [], finish_reason="cancelled", result=result("cancelled"))
+        if seq.cancelled:
+            yield seq.end("cancelled")
             return
         n = min(prefill_step_size, len(pending) - 1)
         network(mx.array(pending[:n])[None], cache=cache)
@@ -195,87 +330,16 @@ def _generate(
         return logits
 
     logits = forward(pending, 1)
-    strategy.prepare()
-    step = strategy.step(logits)
-    first = time.perf_counter()
-
-    detok = tokenizer.detokenizer()
-    stops = StopStrings(stop)
-    finish = error = None
-    drafted = 0  # draft tokens fed in the last forward pass
-    held: list[tuple[int, mx.array | None]] = []  # output tokens not streamed yet (Step.hold), with logprobs
     while True:
-        rejected = drafted - step.verified
-        if rejected:
-            trim_prompt_cache(cache, rejected)
-            del pc.tokens[len(pc.tokens) - rejected :]
-        stats["accepted_tokens"] += step.verified
-        if step.rollback:
-            if step.rollback > len(held):
-                raise RuntimeError(f"the strategy rolled back {step.rollback} tokens; {len(held)} were held back")
-            del out[len(out) - step.rollback :], held[len(held) - step.rollback :]
-            trim_prompt_cache(cache, step.rollback)
-            del pc.tokens[len(pc.tokens) - step.rollback :]
-        stats["forced_tokens"] += step.forced
-        appended: list[int] = []
-        for t in step.tokens:
-            if t in tokenizer.eos_ids:
-                finish = "stop"
-                break
-            appended.append(t)
-            if len(out) + len(appended) >= max_tokens:
-                break
-        out.extend(appended)
-        sampled = len(step.tokens) - step.forced
-        held += [
-            (t, step.logprobs[j] if step.logprobs is not None and j < sampled else None) for j, t in enumerate(appended)
-        ]
-        if finish is None and step.finish:
-            finish, error = step.finish, step.message
-        if finish is None and len(out) >= max_tokens:
-            finish = "length"
-        if finish is None and cancel is not None and cancel.is_set():
-            finish = "cancelled"
-
-        # Start the next forward pass before the CPU work of detokenizing and stop matching.
-        if finish is None:
-            draft = step.draft[: max_tokens - len(out) - 1]  # a draft never runs past the budget
-            fed = appended[step.verified :]
-            if not appended:  # a rollback appended nothing: score the last kept token again
-                trim_prompt_cache(cache, 1)
-                fed = [pc.tokens.pop()]
-            logits = forward(fed + draft, len(draft) + 1)
-            drafted = len(draft)
-            stats["forward_passes"] += 1
-            stats["drafted_tokens"] += drafted
-
-        # Token by token, so a stop string ends the output at the token that completes it, also when
-        # one step appended several (accepted drafts, jump-forward). Held tokens wait (see Step.hold).
-        release = len(held) if finish is not None else max(0, len(held) - step.hold)
-        emitted, held = held[:release], held[release:]
-        text = ""
-        for i, (t, _) in enumerate(emitted):
-            detok.add_token(t)
-            piece, hit = stops.feed(detok.last_segment)
-            text += piece
-            if hit:
-                finish = "stop"
-                del out[len(out) - (len(emitted) - i - 1) - len(held) :]
-                emitted, held = emitted[: i + 1], []
-                break
-        else:
-            if finish is not None:
-                detok.finalize()
-                piece, hit = stops.feed(detok.last_segment)
-                text += piece if hit else piece + stops.flush()
-                finish = "stop" if hit else finish
-        text_parts.append(text)
-        ids, logprobs = [t for t, _ in emitted], [row for _, row in emitted]
-
-        if finish is not None:
-            yield Delta(text, ids, logprobs, finish, result(finish, error))
-            return
-        if text or ids:
-            yield Delta(text, ids, logprobs)
         strategy.prepare()
-        step = strategy.step(logits)
+        trim = seq.apply(strategy.step(logits))
+        if trim:
+            trim_prompt_cache(cache, trim)
+            del pc.tokens[len(pc.tokens) - trim :]
+        if seq.finish is None:  # start the next forward pass before the CPU work of emitting text
+            logits = forward(*seq.next_feed())
+        delta = seq.emit()
+        if delta is not None:
+            yield delta
+        if seq.finish is not None:
+            return

@@ -54,8 +54,10 @@ def tiny(tiny_model):
 
 @pytest.fixture(scope="module")
 def tiny_strict(tiny_model):
-    """No waiting room (max_queue 0), an API key and a 2 KiB body bound."""
-    with serve(tiny_model, model_name="tiny", max_tokens=480, max_queue=0, api_key=KEY, max_body_bytes=2048) as base:
+    """One request at a time with no waiting room (max_batch 1, max_queue 0), an API key and a 2 KiB body bound."""
+    with serve(
+        tiny_model, model_name="tiny", max_tokens=480, max_queue=0, max_batch=1, api_key=KEY, max_body_bytes=2048
+    ) as base:
         yield base
 
 

@@ -35,7 +35,23 @@ def register(sub) -> None:
         "--max-queue",
         type=int,
         default=16,
-        help="requests that may wait while one generates; more get 429 (default: %(default)s)",
+        help="requests that may wait while --max-batch generate; more get 429 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=4,
+        help="requests decoding together (continuous batching: one forward pass for all; constrained "
+        "and free requests mix); 1 runs them one at a time (default: %(default)s, measured: "
+        "see the README's batching table)",
+    )
+    p.add_argument(
+        "--prompt-cache-bytes",
+        type=int,
+        default=1 << 30,
+        help="bound of the prefix cache in bytes (KV caches of earlier prompts and replies, least "
+        "recently used dropped first; a request reuses its longest cached prefix); 0 turns it off "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--max-body-bytes",
@@ -63,6 +79,10 @@ def run(args) -> int:
         raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     if args.max_queue < 0:
         raise ValueError(f"--max-queue must be >= 0, got {args.max_queue}")
+    if args.max_batch < 1:
+        raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")
+    if args.prompt_cache_bytes < 0:
+        raise ValueError(f"--prompt-cache-bytes must be >= 0, got {args.prompt_cache_bytes}")
     if args.host not in LOOPBACK and not args.api_key:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     if args.speculative == "draft" and not args.draft_model:
@@ -79,6 +99,8 @@ def run(args) -> int:
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         max_queue=args.max_queue,
+        max_batch=args.max_batch,
+        prompt_cache_bytes=args.prompt_cache_bytes,
         max_body_bytes=args.max_body_bytes,
         speculative=None if args.speculative == "off" else args.speculative,
     )

@@ -2,10 +2,10 @@
 `/openapi.json`).
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
-compiled on a thread-pool thread (400 before it queues), then queued for the single generation
-worker (429 when the queue is full). Responses and SSE chunks follow OpenAI's shapes; a client that
-disconnects cancels its generation. A constrained response carries `x-coreai-enforcement`: how its
-schema's keywords are enforced (`enforcement_headers`).
+compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,
+which decodes up to `max_batch` requests together (429 when the queue is full). Responses and SSE
+chunks follow OpenAI's shapes; a client that disconnects cancels its generation. A constrained
+response carries `x-coreai-enforcement`: how its schema's keywords are enforced (`enforcement_headers`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
     view of the tokenizer (a few seconds, once per tokenizer per process)."""
     config = config or ServerConfig()
     name = config.model_name or model.name
-    engine = Engine(model, config.max_queue)
+    engine = Engine(model, config.max_queue, config.max_batch, config.prompt_cache_bytes)
     try:
         info = get_tokenizer_info(model.tokenizer, model.vocab_size, model.tokenizer.eos_ids)
     except ValueError as exc:

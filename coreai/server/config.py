@@ -13,7 +13,10 @@ class ServerConfig:
     api_key: required as `Authorization: Bearer <key>` on /v1 routes when set.
     max_tokens: the default and the upper bound of a request's completion tokens.
     temperature: the default sampling temperature.
-    max_queue: requests allowed to wait while one runs; more get 429.
+    max_queue: requests allowed to wait while `max_batch` run; more get 429.
+    max_batch: requests decoding together in one batch (continuous batching, see `runtime.batch`).
+    prompt_cache_bytes: bound of the prefix cache (KV caches of earlier prompts and replies, LRU), in
+        bytes; 0 turns it off.
     max_body_bytes: request bodies above this get 413.
     speculative: speculative decoding for every request ("prompt_lookup", "draft" with the model's
         draft model, or None); the output does not change, only its speed.
@@ -24,5 +27,7 @@ class ServerConfig:
     max_tokens: int = 1024
     temperature: float = 0.7
     max_queue: int = 16
+    max_batch: int = 4
+    prompt_cache_bytes: int = 1 << 30
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"

@@ -1,9 +1,10 @@
-"""The model behind the server: one worker thread runs every generation (see `coreai.server.queue`),
-reusing one prompt (KV) cache across requests. A constrained request runs through its
-`guided.ConstrainedSession` (the same path as the Python API and the CLI), a free one through
-`Model.stream`.
+"""The model behind the server: one worker thread (see `coreai.server.queue`) steps one batch of
+generations (`runtime.batch.BatchGenerator`), up to `max_batch` decoding together, with a prefix
+cache of several entries (mlx-lm's `LRUPromptCache`, bounded in bytes). A constrained request is a
+row driven by the strategy of its `guided.ConstrainedSession` and gets that session's verdict (the
+same path as the Python API and the CLI); a free one a `SamplingStrategy`.
 
-Everything that touches MLX (the forward passes, the session's bitmask, log-probabilities) runs on
+Everything that touches MLX (the forward passes, the sessions' bitmasks, log-probabilities) runs on
 the worker thread; the event loop only sees plain Python values (`Piece`s and the final
 `GenerationResult`, a `GuidedResult` for constrained requests).
 """
@@ -11,14 +12,15 @@ the worker thread; the event loop only sees plain Python values (`Piece`s and th
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
-from typing import Iterator
 
 import mlx.core as mx
+from mlx_lm.models.cache import LRUPromptCache
 
 from guided import ConstrainedSession
-from runtime import GenerationResult, Model, PromptCache, SamplingParams
+from guided.session import thinking_enabled
+from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
+from runtime.batch import BatchGenerator
 from coreai.server.queue import Job, Worker
 
 log = logging.getLogger("coreai.server")
@@ -67,61 +69,79 @@ class GenerationParams:
 
 
 class Engine:
-    """A model, its worker thread and the per-server caches.
+    """A model, its worker thread and batch, and the prefix cache.
 
-    max_queue: requests allowed to wait while one runs (more are refused with `QueueFull`).
+    max_queue: requests allowed to wait while `max_batch` run (more are refused with `QueueFull`).
+    max_batch: requests decoding together (>= 1). prompt_cache_bytes: the prefix cache's bound in
+    bytes of KV cache (0 turns it off).
     """
 
-    def __init__(self, model: Model, max_queue: int):
+    def __init__(self, model: Model, max_queue: int, max_batch: int = 4, prompt_cache_bytes: int = 1 << 30):
         self.model = model
-        self.worker = Worker(max_queue)
-        self.prompt_cache = PromptCache(model.network)
+        # Bounded by bytes only: the entry count is not what runs out.
+        cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes) if prompt_cache_bytes > 0 else None
+        self.batch = BatchGenerator(model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache)
+        self.worker = Worker(max_queue, max_batch, self)
 
     def submit(self, params: GenerationParams) -> Job:
         """Queue a generation; its Job yields `Piece`s then the `GenerationResult`. Raises QueueFull."""
-        return self.worker.submit(lambda cancel: self._generate(params, cancel))
+        return self.worker.submit(params)
 
     def close(self) -> None:
         self.worker.close()
 
-    def _generate(self, p: GenerationParams, cancel: threading.Event) -> Iterator[Piece | GenerationResult]:
-        runner = p.session or self.model
-        try:
-            for delta in runner.stream(
-                p.prompt_ids,
-                sampling=p.sampling,
-                max_tokens=p.max_tokens,
-                stop=p.stop or None,
-                cancel=cancel,
-                prompt_cache=self.prompt_cache,
-                logprobs=p.logprobs,
-                speculative=p.speculative,
-                chat_template_kwargs=p.chat_template_kwargs,
-            ):
-                logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
-                if delta.text or logprobs:
-                    yield Piece(delta.text, logprobs)
-                if delta.result is not None:
-                    r = delta.result
-                    log.info(
-                        "prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
-                        "%d of %d draft tokens accepted, finish %s%s",
-                        r.usage.prompt_tokens,
-                        r.usage.cached_tokens,
-                        r.timings.ttft,
-                        r.usage.completion_tokens,
-                        r.timings.decode_tps,
-                        r.forward_passes,
-                        r.accepted_tokens,
-                        r.drafted_tokens,
-                        r.finish_reason,
-                        f" ({r.error})" if r.error else "",
-                    )
-                    yield r
-        except Exception:
-            # A failure mid-step may leave the KV cache and its token list out of step: start afresh.
-            self.prompt_cache = PromptCache(self.model.network)
-            raise
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def start(self, job: Job) -> None:
+        """Add a job's generation to the batch (on the worker thread: sessions allocate their bitmask
+        there). Raises ValueError for bad parameters."""
+        p: GenerationParams = job.params
+        if p.session is not None:
+            strategy = p.session.strategy(p.sampling, p.logprobs, thinking_enabled(p.chat_template_kwargs))
+        else:
+            strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs)
+        self.batch.add(
+            p.prompt_ids,
+            strategy,
+            max_tokens=p.max_tokens,
+            stop=p.stop or None,
+            cancel=job.cancel,
+            drafter=make_drafter(p.speculative, self.model),
+            tag=job,
+        )
+
+    def step(self) -> list[Job]:
+        """One batch step: deliver each row's `Piece` and, when it ends, its result. Returns the jobs
+        that ended."""
+        ended = []
+        for row, delta in self.batch.step():
+            job, p = row.tag, row.tag.params
+            logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
+            if delta.text or logprobs:
+                job.put(Piece(delta.text, logprobs))
+            if delta.result is None:
+                continue
+            r = delta.result
+            if p.session is not None:
+                r = p.session.verdict(r, row.strategy)
+            log.info(
+                "prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
+                "%d of %d draft tokens accepted, finish %s%s",
+                r.usage.prompt_tokens,
+                r.usage.cached_tokens,
+                r.timings.ttft,
+                r.usage.completion_tokens,
+                r.timings.decode_tps,
+                r.forward_passes,
+                r.accepted_tokens,
+                r.drafted_tokens,
+                r.finish_reason,
+                f" ({r.error})" if r.error else "",
+            )
+            job.put(r)
+            ended.append(job)
+        return ended
 
 
 def _token_logprobs(token_ids: list[int], rows: list[mx.array | None], k: int) -> list[TokenLogprob]:

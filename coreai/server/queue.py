@@ -1,13 +1,15 @@
-"""One worker thread in front of the model, with a bounded admission queue.
+"""One worker thread in front of the model, running a batch of generations, with a bounded
+admission queue.
 
-MLX is not safe for concurrent graphs on one model, and the prompt (KV) cache is shared, so every
-generation runs on a single thread, one at a time. Requests wait in a FIFO; at most `max_queue` may
-wait besides the running one, and `submit` refuses the rest (`QueueFull`, answered 429 with a
-Retry-After estimated from recent job durations).
+MLX is not safe for concurrent graphs on one model, so every generation runs on a single thread: the
+worker steps one batch (`Batch`, the engine's `runtime.batch.BatchGenerator`), where up to
+`max_batch` generations decode together. Requests beyond that wait in a FIFO and join the batch as
+rows free up; at most `max_queue` may wait, and `submit` refuses the rest (`QueueFull`, answered 429
+with a Retry-After estimated from recent job durations).
 
-A job is a generator function `work(cancel: threading.Event)` run on the worker; each item it yields
-is handed to the event loop (`Job.get`). Setting `cancel` (a client disconnected) makes the runtime
-stop at its next step, and a job cancelled while waiting is skipped, so the worker is freed at once.
+A job carries its parameters; the batch delivers each job's items (`Job.put`) to the event loop
+(`Job.get`). Setting `cancel` (a client disconnected) makes the runtime end that row at its next
+step, and a job cancelled while waiting is skipped, so its place is freed at once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import math
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Protocol
 
 log = logging.getLogger("coreai.server")
 
@@ -33,16 +35,31 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
-class Job:
-    """One unit of work and the channel its results come back through (to one asyncio loop)."""
+class Batch(Protocol):
+    """What the worker steps: `start(job)` adds a job's generation (raising for that job only);
+    `step()` advances every running generation once and returns the jobs that ended (their last
+    item delivered); `len()` is the number running."""
 
-    def __init__(self, work: Callable[[threading.Event], Iterator[Any]], loop: asyncio.AbstractEventLoop):
-        self.work = work
+    def __len__(self) -> int: ...
+
+    def start(self, job: "Job") -> None: ...
+
+    def step(self) -> list["Job"]: ...
+
+
+class Job:
+    """One request's generation (`params`, given to the batch) and the channel its results come back
+    through (to one asyncio loop)."""
+
+    def __init__(self, params: Any, loop: asyncio.AbstractEventLoop):
+        self.params = params
         self.cancel = threading.Event()
+        self.started = 0.0  # time.perf_counter() when it joined the batch
         self._loop = loop
         self._items: asyncio.Queue = asyncio.Queue()
 
-    def _put(self, item) -> None:
+    def put(self, item) -> None:
+        """Deliver an item (from the worker thread)."""
         try:
             self._loop.call_soon_threadsafe(self._items.put_nowait, item)
         except RuntimeError:  # the loop is closed (server shutting down): nobody is listening
@@ -59,15 +76,20 @@ class Job:
 
 
 class Worker:
-    """The generation thread and its bounded queue.
+    """The generation thread, its batch and its bounded queue.
 
-    max_queue: requests allowed to wait while one runs (>= 0).
+    max_queue: requests allowed to wait while `max_batch` run (>= 0). max_batch: requests running
+    together (>= 1). batch: what runs them.
     """
 
-    def __init__(self, max_queue: int):
+    def __init__(self, max_queue: int, max_batch: int, batch: Batch):
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.max_queue = max_queue
+        self.max_batch = max_batch
+        self.batch = batch
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
         self._admitted = 0  # waiting + running
@@ -75,15 +97,15 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name="coreai-generation", daemon=True)
         self._thread.start()
 
-    def submit(self, work: Callable[[threading.Event], Iterator[Any]]) -> Job:
-        """Queue `work` and return its Job. Must be called on the event loop that will read it.
+    def submit(self, params: Any) -> Job:
+        """Queue a job for `params` and return it. Must be called on the event loop that will read it.
         Raises QueueFull when `max_queue` requests already wait."""
         with self._lock:
-            if self._admitted > self.max_queue:
-                # One job finishing frees one slot: about one mean job duration from now.
-                raise QueueFull(max(1, math.ceil(self._mean_seconds)))
+            if self._admitted >= self.max_batch + self.max_queue:
+                # One job finishing frees one slot: about one mean job duration over the batch from now.
+                raise QueueFull(max(1, math.ceil(self._mean_seconds / self.max_batch)))
             self._admitted += 1
-        job = Job(work, asyncio.get_running_loop())
+        job = Job(params, asyncio.get_running_loop())
         self._jobs.put(job)
         return job
 
@@ -93,24 +115,51 @@ class Worker:
         return self._admitted
 
     def close(self) -> None:
-        """Stop the thread after the running job (waiting jobs are cancelled)."""
+        """Stop the thread: running jobs are cancelled (they end at their next step), waiting ones released."""
         self._jobs.put(None)
 
+    def _done(self, job: Job) -> None:
+        job.put(_END)
+        with self._lock:
+            self._admitted -= 1
+            if job.started:
+                self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.started)
+
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            start = time.perf_counter()
+        running: list[Job] = []
+        closing = False
+        while not closing or running:
+            while not closing and len(running) < self.max_batch:
+                try:
+                    job = self._jobs.get(block=not running)
+                except queue.Empty:
+                    break
+                if job is None:
+                    closing = True
+                    for j in running:
+                        j.cancel.set()
+                elif job.cancel.is_set():
+                    self._done(job)
+                else:
+                    try:
+                        job.started = time.perf_counter()
+                        self.batch.start(job)
+                        running.append(job)
+                    except Exception as exc:  # noqa: BLE001 - delivered to the request, which maps or logs it
+                        job.put(exc)
+                        self._done(job)
+            if not running:
+                continue
             try:
-                if not job.cancel.is_set():
-                    for item in job.work(job.cancel):
-                        job._put(item)
-            except Exception as exc:  # noqa: BLE001 - delivered to the request, which maps or logs it
-                job._put(exc)
-            finally:
-                job._put(_END)
-                with self._lock:
-                    self._admitted -= 1
-                    self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - start)
+                ended = self.batch.step()
+            except Exception as exc:  # noqa: BLE001 - a failed forward pass ends every running job
+                ended = list(running)
+                for job in ended:
+                    job.put(exc)
+            for job in ended:
+                running.remove(job)
+                self._done(job)
         while not self._jobs.empty():  # closing: release whoever still waits
             if (job := self._jobs.get_nowait()) is not None:
                 job.cancel.set()
-                job._put(_END)
+                self._done(job)

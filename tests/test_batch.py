@@ -1,0 +1,155 @@
+"""The batched decode loop (`runtime.batch`) on the tiny random network: every row gives what the
+single-sequence loop gives for the same request, whatever runs beside it; rows join and leave
+mid-batch; a cancelled or failing row ends alone; the prefix cache changes no output."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from mlx_lm.models.cache import LRUPromptCache
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+from guided import ConstrainedSession
+from runtime import PromptLookup, SamplingParams, SamplingStrategy
+from runtime.batch import BatchGenerator
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def requests(model):
+    """(prompt ids, strategy factory, options) of six different generations."""
+    ids = [model.prompt_ids([{"role": "user", "content": f"Question {i}: say something."}]) for i in range(6)]
+    free = lambda **kw: lambda: SamplingStrategy(SamplingParams(**kw))  # noqa: E731
+    guided = lambda **spec: lambda: ConstrainedSession(model, **spec).strategy(SamplingParams())  # noqa: E731
+    return [
+        (ids[0], free(), dict(max_tokens=20)),
+        (ids[1], guided(schema=SCHEMA), dict(max_tokens=40)),
+        (ids[2], free(temperature=0.9, top_p=0.9, seed=7), dict(max_tokens=14)),
+        (ids[3], guided(regex=r"[a-z]{3,8}-[0-9]{2}"), dict(max_tokens=16)),
+        (ids[4], free(repetition_penalty=1.3), dict(max_tokens=9, stop=["e"])),
+        (ids[5], guided(choices=["alpha beta gamma", "delta"]), dict(max_tokens=16)),
+    ]
+
+
+def run(batch: BatchGenerator, join_every: int, reqs) -> dict:
+    """Add the requests `join_every` steps apart; returns {index: GenerationResult}."""
+    results, steps, pending = {}, 0, list(enumerate(reqs))
+    while pending or len(batch):
+        if pending and steps % join_every == 0:
+            i, (ids, make, options) = pending.pop(0)
+            batch.add(ids, make(), tag=i, **options)
+        for row, delta in batch.step():
+            if delta.result is not None:
+                results[row.tag] = delta.result
+        steps += 1
+    return results
+
+
+def test_rows_equal_single_generations(tiny_model):
+    reqs = requests(tiny_model)
+    single = [tiny_model.generate(ids, strategy=make(), **options) for ids, make, options in reqs]
+    for max_batch, join_every in ((4, 3), (6, 1)):
+        batched = run(BatchGenerator(tiny_model.network, tiny_model.tokenizer, max_batch=max_batch), join_every, reqs)
+        for i, r in enumerate(single):
+            b = batched[i]
+            assert (b.token_ids, b.text, b.finish_reason) == (r.token_ids, r.text, r.finish_reason), (max_batch, i)
+    assert single[1].forced_tokens > 0  # jump-forward ran beside the other rows
+    assert single[4].finish_reason == "stop" and "e" not in single[4].text
+
+
+def test_cancel_and_failure_end_one_row(tiny_model):
+    reqs = requests(tiny_model)[:3]
+    single = [tiny_model.generate(ids, strategy=make(), **options) for ids, make, options in reqs]
+
+    class Broken(SamplingStrategy):
+        def step(self, logits):
+            raise RuntimeError("boom")
+
+    batch = BatchGenerator(tiny_model.network, tiny_model.tokenizer, max_batch=5)
+    cancel = threading.Event()
+    for i, (ids, make, options) in enumerate(reqs):
+        batch.add(ids, make(), tag=i, **options)
+    batch.add(reqs[0][0], SamplingStrategy(), max_tokens=30, cancel=cancel, tag="cancelled")
+    batch.add(reqs[1][0], Broken(), max_tokens=30, tag="broken")
+    results, steps = {}, 0
+    while len(batch):
+        for row, delta in batch.step():
+            if delta.result is not None:
+                results[row.tag] = delta.result
+        steps += 1
+        if steps == 8:
+            cancel.set()
+    assert results["cancelled"].finish_reason == "cancelled" and 0 < len(results["cancelled"].token_ids) < 30
+    assert results["broken"].finish_reason == "error" and "boom" in results["broken"].error
+    for i, r in enumerate(single):
+        assert results[i].token_ids == r.token_ids and results[i].finish_reason == r.finish_reason
+
+
+def test_solo_row_drafts_and_matches(qwen_model):
+    """On the real model, whose output depends on every cached token (an untrimmed draft shows)."""
+    ids = qwen_model.prompt_ids("a b c a b c a b c a b c a b c a b")
+    plain = qwen_model.generate(ids, max_tokens=24)
+    batch = BatchGenerator(qwen_model.network, qwen_model.tokenizer, max_batch=2)
+    batch.add(ids, SamplingStrategy(), max_tokens=24, drafter=PromptLookup(), tag=0)
+    result = None
+    while len(batch):
+        result = next((d.result for _, d in batch.step() if d.result is not None), result)
+    assert result.token_ids == plain.token_ids
+    assert result.drafted_tokens > 0  # a lone row speculates; rejected drafts were trimmed per row
+
+
+@pytest.mark.parametrize("max_batch", [1, 3])
+def test_prefix_cache_changes_no_output(tiny_model, max_batch):
+    """Exact repeats, shared prefixes and a follow-up turn: equal with the cache on and off, and
+    the cache serves prompt tokens."""
+    system = {"role": "system", "content": "You are a terse assistant. " * 8}
+    first = [system, {"role": "user", "content": "Hello there."}]
+    a = tiny_model.prompt_ids(first)
+    b = tiny_model.prompt_ids([system, {"role": "user", "content": "Another question."}])
+    free = lambda: SamplingStrategy(SamplingParams())  # noqa: E731
+    reqs = [(a, free, dict(max_tokens=12)), (b, free, dict(max_tokens=12)), (a, free, dict(max_tokens=12))]
+    cold = run(BatchGenerator(tiny_model.network, tiny_model.tokenizer, max_batch=max_batch), 1, reqs)
+    cache = LRUPromptCache(max_size=1 << 20, max_bytes=64 << 20)
+    warm_batch = BatchGenerator(tiny_model.network, tiny_model.tokenizer, max_batch=max_batch, prompt_cache=cache)
+    warm = run(warm_batch, 40, reqs)  # one after another, so each finds the ones before it
+    follow = tiny_model.prompt_ids(
+        first + [{"role": "assistant", "content": warm[0].text}, {"role": "user", "content": "And then?"}]
+    )
+    cold[3] = run(BatchGenerator(tiny_model.network, tiny_model.tokenizer), 1, [(follow, free, dict(max_tokens=12))])[0]
+    warm[3] = run(warm_batch, 1, [(follow, free, dict(max_tokens=12))])[0]
+    for i in range(4):
+        assert warm[i].token_ids == cold[i].token_ids, i
+    assert all(warm[i].usage.cached_tokens > 0 for i in (1, 2, 3))
+    assert warm[2].usage.cached_tokens == len(a) - 1 and warm[3].usage.cached_tokens > len(a)
+
+
+class Backtrack(SamplingStrategy):
+    """Rolls back its last 2 tokens at its 5th step (as a grammar's rollback does), so the batched
+    loop must trim one row's KV cache while the other rows keep theirs."""
+
+    steps = 0
+
+    def step(self, logits):
+        self.steps += 1
+        if self.steps != 5:
+            return super().step(logits)
+        self.rollback(2)
+        step = super().step(logits)
+        step.rollback = 2
+        return step
+
+
+def test_rollback_trims_one_row(qwen_model):
+    """On the real model: the tiny random one hardly depends on its context, so it would not notice
+    an untrimmed KV cache."""
+    reqs = requests(qwen_model)[:3]
+    reqs[1] = (reqs[1][0], Backtrack, dict(max_tokens=12))
+    single = [qwen_model.generate(ids, strategy=make(), **options) for ids, make, options in reqs]
+    batched = run(BatchGenerator(qwen_model.network, qwen_model.tokenizer, max_batch=3), 1, reqs)
+    for i, r in enumerate(single):
+        assert batched[i].token_ids == r.token_ids and batched[i].text == r.text, i
