@@ -129,18 +129,18 @@ def test_prefix_cache_changes_no_output(tiny_model, max_batch):
 
 
 class Backtrack(SamplingStrategy):
-    """Rolls back its last 2 tokens at its 5th step (as a grammar's rollback does), so the batched
-    loop must trim one row's KV cache while the other rows keep theirs."""
+    """Rolls back its last 2 tokens at its 5th step (as validate-and-rollback does), so the batched
+    loop must trim one row's KV cache while the other rows keep theirs. It holds back its last 2
+    tokens (`Step.hold`), as a strategy must for what it may roll back."""
 
     steps = 0
 
     def step(self, logits):
         self.steps += 1
-        if self.steps != 5:
-            return super().step(logits)
-        self.rollback(2)
+        if self.steps == 5:
+            self.rollback(2)
         step = super().step(logits)
-        step.rollback = 2
+        step.rollback, step.hold = (2 if self.steps == 5 else 0), 2
         return step
 
 

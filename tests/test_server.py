@@ -883,7 +883,13 @@ def test_qwen_forced_tool_call_defaults(qwen, tool_choice, max_tokens):
         assert len(choice.message.tool_calls) == 1 and r.usage.completion_tokens < max_tokens
 
 
-UNIQUE = {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 3, "maxItems": 3, "uniqueItems": True}
+UNIQUE = {
+    "type": "array",
+    "items": {"enum": ["red", "green", "blue"]},
+    "minItems": 3,
+    "maxItems": 3,
+    "uniqueItems": True,
+}
 
 
 def test_validate_and_rollback_through_the_server(tiny, tiny_model):
