@@ -118,10 +118,12 @@ def run_compliance(
     max_tokens: int = 160,
     progress=None,
     jobs: int = 1,
+    validated_only: bool = False,
 ) -> dict:
     """Compile every schema (or the first `compile_sample` of each subset, by file name; in `jobs`
     processes) and run `generations` random generations (in this process) for the first `gen_sample`
-    compiled schemas of each subset (all when None). Returns per-subset counts and every failing output."""
+    compiled schemas of each subset (all when None; with `validated_only`, of those with keywords
+    enforced by validate-and-rollback). Returns per-subset counts and every failing output."""
     from conformance.suite import _worker_state, parallel_map
     from guided import TokenBitmask, check_json
 
@@ -149,7 +151,7 @@ def run_compliance(
                 continue
             schema = json.loads(path.read_text())
             compiled = compile_status(schema, info)[2]
-            if compiled is None:  # cannot happen: compiling is deterministic
+            if compiled is None or (validated_only and not compiled.validated):  # None cannot happen
                 continue
             generated += 1
             c["schemas_generated"] += 1
@@ -159,6 +161,7 @@ def run_compliance(
                 c["finish_" + r["finish"]] += 1
                 c["tokens"] += r["tokens"]
                 c["early_stop"] += r["early_stop"]
+                c["retries"] += r["retries"]
                 if r["finish"] == "stop" and r["complete"]:
                     _, errors = check_json(r["text"], schema)
                     if errors:
@@ -204,6 +207,7 @@ def run_compliance(
             "gen_sample": gen_sample,
             "compile_sample": compile_sample,
             "max_tokens": max_tokens,
+            "validated_only": validated_only,
         },
     }
 

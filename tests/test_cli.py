@@ -64,14 +64,15 @@ def test_generate_choice_and_stream(tiny_model_dir, capsys):
         (["generate", "{tiny}", "--prompt", "x", "--seed", "-1"], "seed"),
         (["generate", "{tiny}", "--prompt", "x", "--max-tokens", "0"], "max-tokens"),
         (["generate", "{tiny}", "--prompt", "x", "--schema", "false"], "false"),
-        (["bench", "{tiny}", "--guided", "{unenforceable}", "-g", "2", "-n", "1"], "not"),
+        (["bench", "{tiny}", "--guided", "{unenforceable}", "-g", "2", "-n", "1"], "no-such-format"),
+        (["check-schema", "{unenforceable}", "--model", "{tiny}"], "cannot enforce format at /properties/a/format"),
         (["bench", "{tiny}", "--guided", "/", "-g", "2", "-n", "1"], "cannot read the schema file"),
         (["bench", "{tiny}", "--speculative", "prompt_lookup"], "needs --prompt or --messages"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv, message):
     unenforceable = tmp_path / "not.json"
-    unenforceable.write_text('{"type": "object", "properties": {"a": {"not": {"type": "string"}}}}')
+    unenforceable.write_text('{"type": "object", "properties": {"a": {"format": "no-such-format"}}}')
     argv = [a.replace("{tiny}", str(tiny_model_dir)).replace("{unenforceable}", str(unenforceable)) for a in argv]
     assert main(argv) == 1
     err = capsys.readouterr().err
@@ -206,3 +207,20 @@ def test_bench_guided_on_the_real_model(qwen_model, tmp_path, capsys, monkeypatc
             and case["ratios"][name]["ttft"]["unconstrained"] > 0
         )
     assert case["median"]["no_jump_forward"]["tokens_jumped"] == 0
+
+
+def test_check_schema_prints_the_report(tiny_model_dir, capsys):
+    schema = '{"type": "array", "items": {"type": "string", "format": "iri"}, "uniqueItems": true}'
+    assert main(["check-schema", schema, "--model", str(tiny_model_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "uniqueItems  validate-and-rollback" in out.replace("  ", "  ") and "/items/format" in out
+    assert main(["check-schema", schema, "--model", str(tiny_model_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    hows = {(k["keyword"], k["pointer"]): k["how"] for k in report["keywords"]}
+    assert hows == {
+        ("type", "/type"): "grammar",
+        ("items", "/items"): "grammar",
+        ("type", "/items/type"): "grammar",
+        ("format", "/items/format"): "validate-and-rollback",
+        ("uniqueItems", "/uniqueItems"): "validate-and-rollback",
+    }
