@@ -3,6 +3,8 @@
 The grammar text is the canonical form of (spec, options): `GrammarSpec.grammar` already encodes
 the schema (key order kept), the whitespace/strict/lenient options and the kind. A hit is a dict
 lookup under a lock. Two threads missing on the same key may both compile; the first result stays.
+With a `GrammarJournal` (`persist`), compiles are recorded on disk and `warm` compiles them again
+after a restart.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend
+from guided.errors import GrammarError
+from guided.journal import GrammarJournal
 from guided.spec import GrammarSpec
 from guided.tokenizer_info import TokenizerInfo
 
@@ -36,6 +40,7 @@ class GrammarCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.journal: GrammarJournal | None = None
 
     def get(self, spec: GrammarSpec, tokenizer: TokenizerInfo) -> CompiledGrammar:
         """The compiled grammar for `spec` and `tokenizer`, compiling on a miss (errors as `compile_grammar`)."""
@@ -48,12 +53,30 @@ class GrammarCache:
                 return compiled
             self.misses += 1
         compiled = self.backend.compile(spec, tokenizer)
+        if self.journal is not None and self.journal.tokenizer is tokenizer:
+            self.journal.record(spec)
         with self._lock:
             compiled = self._entries.setdefault(key, compiled)
             self._entries.move_to_end(key)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
         return compiled
+
+    def persist(self, journal: GrammarJournal | None) -> None:
+        """Record every compile for `journal.tokenizer` in `journal` (None: stop recording)."""
+        self.journal = journal
+
+    def warm(self, journal: GrammarJournal, limit: int | None = None) -> int:
+        """Compile the journal's specs (most recently used first, at most `limit` or `capacity`)
+        into this cache; specs that no longer compile are skipped. Returns how many compiled."""
+        done = 0
+        for spec in journal.specs()[: min(limit or self.capacity, self.capacity)]:
+            try:
+                self.get(spec, journal.tokenizer)
+                done += 1
+            except (GrammarError, ValueError):
+                continue
+        return done
 
     def stats(self) -> CacheStats:
         with self._lock:

@@ -266,6 +266,8 @@ def compile_grammar(
         # Compile the superset the engine can express; refuse only what the validator cannot check either.
         try:
             compiled = _compile(json_spec(json.dumps(spec.schema), spec.kind, *_flags(spec), True), tokenizer, limits)
+        except UnsupportedSchemaFeature as blocker:  # what the engine refuses even leaving keywords out
+            raise blocker from None
         except GrammarError:
             raise refusal from None
         if any(not _can_validate(spec.schema, n) for n in compiled.not_enforced):

@@ -19,6 +19,7 @@ Three facts shape it:
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import threading
@@ -48,6 +49,15 @@ class TokenizerInfo:
     eos_ids: tuple[int, ...]
     padding_ids: frozenset[int]
     key: int
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 (hex) of the vocabulary as the engine reads it, the logit width and the EOS ids:
+        equal for the same tokenizer in every process (`key` is not)."""
+        digest = hashlib.sha256(f"{self.vocab_size}:{self.eos_ids}".encode())
+        for i in range(self.vocab_size):
+            digest.update(len(spelled := self.ll_tokenizer.decode_bytes([i])).to_bytes(4, "little") + spelled)
+        return digest.hexdigest()
 
     @cached_property
     def token_ids_by_bytes(self) -> dict[bytes, tuple[int, ...]]:

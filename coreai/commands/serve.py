@@ -64,6 +64,12 @@ def register(sub) -> None:
         choices=("float32", "float16", "bfloat16"),
         help="compute dtype (default: float32 on the CPU, stored dtype on Metal)",
     )
+    p.add_argument(
+        "--grammar-journal",
+        default=str(store.cache_root() / "grammars"),
+        help="folder where compiled grammars are recorded and, at start-up, compiled again in the "
+        "background, so a restart does not pay their compile; 'off' disables (default: %(default)s)",
+    )
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
     common.add_speculative_arg(p, default="prompt_lookup")
     p.set_defaults(func=run)
@@ -103,6 +109,7 @@ def run(args) -> int:
         prompt_cache_bytes=args.prompt_cache_bytes,
         max_body_bytes=args.max_body_bytes,
         speculative=None if args.speculative == "off" else args.speculative,
+        grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,
     )
     app = create_app(model, config)
     print(f"coreai serve: {model.name} on http://{args.host}:{args.port}/v1 (docs at /docs)", flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 
 from fastapi import FastAPI, Request, Response
@@ -28,7 +29,8 @@ from coreai.server.prepare import Preparer, reasoning_of
 from coreai.server.queue import Job, QueueFull
 from coreai.server.replies import ChatReply, CompletionReply
 from coreai.server.streaming import collect, sse
-from guided import get_tokenizer_info
+from guided import default_cache, get_tokenizer_info
+from guided.journal import GrammarJournal
 from runtime import Model
 
 __all__ = ["ServerConfig", "create_app"]
@@ -36,6 +38,19 @@ __all__ = ["ServerConfig", "create_app"]
 log = logging.getLogger("coreai.server")
 
 ERROR_RESPONSES = {status: {"model": s.ErrorResponse} for status in (400, 401, 404, 413, 429, 500)}
+
+
+def warm_grammars(journal: GrammarJournal) -> None:
+    """Record the server's compiles in `journal`, and compile the grammars recorded by earlier runs
+    on a background thread (a request for one of them meanwhile compiles it itself)."""
+    default_cache.persist(journal)
+
+    def warm():
+        t0 = time.perf_counter()
+        n = default_cache.warm(journal)
+        log.info("grammar journal: %d grammars compiled again in %.1f s (%s)", n, time.perf_counter() - t0, journal.dir)
+
+    threading.Thread(target=warm, name="grammar-journal", daemon=True).start()
 
 
 def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
@@ -50,6 +65,8 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         log.warning("guided generation disabled: %s", exc)
         info = None
     preparer = Preparer(model, config, Constraints(model, info))
+    if info is not None and config.grammar_journal:
+        warm_grammars(GrammarJournal(config.grammar_journal, info))
     import jsonschema  # noqa: F401 - the final output check's import (seconds) at start-up, not in a first request
 
     created = int(time.time())

@@ -20,6 +20,8 @@ class ServerConfig:
     max_body_bytes: request bodies above this get 413.
     speculative: speculative decoding for every request ("prompt_lookup", "draft" with the model's
         draft model, or None); the output does not change, only its speed.
+    grammar_journal: a folder where compiled grammars are recorded, and compiled again in the
+        background at start-up (`guided.journal`), or None.
     """
 
     model_name: str | None = None
@@ -31,3 +33,4 @@ class ServerConfig:
     prompt_cache_bytes: int = 1 << 30
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"
+    grammar_journal: str | None = None
