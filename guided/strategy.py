@@ -430,4 +430,8 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
             self._rows = 0
         if not self.matcher.rollback(n):
             raise ValueError(f"cannot roll back {n} tokens: only {self.matcher.num_accepted} accepted")
+        if self.checker is not None and n:
+            keep = len(self.answer) - n
+            self.checker.truncate(self._start(keep))
+            del self.answer[keep:], self.ends[keep:], self.sampled[keep:]
         super().rollback(n)

@@ -133,3 +133,14 @@ def test_checked_values_follow_refs_and_items():
     assert plan.patterns == {("a",), ("b", "*"), ("tree",), ("tree", "kids", "*", "**")}
     assert plan.checked(("a",)) and plan.checked(("b", 3)) and plan.checked(("tree", "kids", 0, "kids", 1))
     assert not plan.checked(("b",)) and not plan.checked(("c",)) and not plan.checked(())
+
+
+def test_strategy_rollback_keeps_the_checker_in_step(tiny_model):
+    """`ConstrainedDecodingStrategy.rollback` (the public call) also takes the tokens back from
+    validate-and-rollback's view of the output."""
+    strategy = ConstrainedSession(tiny_model, schema=CASES["uniqueItems"][0]).strategy()
+    result = tiny_model.generate("x", strategy=strategy, max_tokens=40)
+    assert strategy.answer == result.token_ids and bytes(strategy.checker.text) == result.text.encode()
+    strategy.rollback(3)
+    kept = result.token_ids[:-3]
+    assert strategy.answer == kept and bytes(strategy.checker.text) == tiny_model.tokenizer.hf.decode(kept).encode()
