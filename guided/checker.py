@@ -155,6 +155,7 @@ class _Frame:
     checked: bool
     member: object = None  # current key (object) or index (array)
     member_start: int = 0  # where the current member begins: its key in an object, its value in an array
+    choice: int = 0  # where the choice of the current member was made: after the bracket or the last member
     state: str = "value"  # object: key / colon / value / comma; array: value / comma
 
 
@@ -210,14 +211,15 @@ class ValueChecker:
             self._byte(byte, pos, check=False)
 
     def hold_from(self) -> int | None:
-        """Byte offset where the outermost open value that may still be rolled back begins, or None."""
-        for frame in self.stack:
+        """Byte offset from which the output may still be rolled back, or None: the outermost open
+        value that is checked, from where its container chose to write it (after the bracket or the
+        previous member: a retry may leave the member out)."""
+        for depth, frame in enumerate(self.stack):
             if frame.checked:
-                return frame.start
+                return self.stack[depth - 1].choice if depth else frame.start
         if self.scalar is not None and not self.scalar[2]:
-            path = self._child_path()
-            if self.plan.checked(path):
-                return self.scalar[1]
+            if self.plan.checked(self._child_path()):
+                return self.stack[-1].choice if self.stack else self.scalar[1]
         return None
 
     # -- the tracker ------------------------------------------------------------------------------
@@ -280,7 +282,10 @@ class ValueChecker:
             if byte in (0x7B, 0x5B):  # opening brace / bracket
                 path = self._child_path()
                 kind = "o" if byte == 0x7B else "a"
-                self.stack.append(_Frame(kind, pos, path, self.plan.checked(path), member=0 if kind == "a" else None))
+                frame = _Frame(
+                    kind, pos, path, self.plan.checked(path), member=0 if kind == "a" else None, choice=pos + 1
+                )
+                self.stack.append(frame)
                 if kind == "o":
                     self.stack[-1].state = "key"
             elif byte == 0x22:
@@ -301,6 +306,7 @@ class ValueChecker:
         path = self._child_path() if path is None else path
         if self.stack:
             self.stack[-1].state = "comma"
+            self.stack[-1].choice = end
         else:
             self.done = True
         return self._closed(start, end, path) if check else None

@@ -55,6 +55,11 @@ def enforcement(compiled: CompiledGrammar) -> tuple[KeywordEnforcement, ...]:
                 continue
             where = pointer(path + (keyword,))
             how = ROLLBACK if (keyword, where) in rollback else NOT_ENFORCED if (keyword, where) in gaps else GRAMMAR
+            # inside a subschema the grammar left out (`/not/enum`), a keyword is enforced as that one is
+            for outer in (gaps, rollback):
+                if any(where.startswith(p + "/") for _, p in outer):
+                    how = NOT_ENFORCED if outer is gaps else ROLLBACK
+                    break
             report.append(KeywordEnforcement(keyword, where, how))
     return tuple(report)
 

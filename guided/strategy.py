@@ -53,6 +53,10 @@ from runtime.strategy import Step
 
 _OPENING = frozenset(b"{[ \t\r\n")  # bytes that open a JSON value before its content (and a quote)
 _LONGEST_TOKEN = 64  # bytes: longer spellings of a rejected value are not looked up
+# Keywords a container can break by closing before a member that would satisfy them.
+_CLOSED_TOO_EARLY = frozenset(
+    {"contains", "minContains", "dependentRequired", "dependencies", "dependentSchemas", "minProperties", "required"}
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,8 @@ class GuidedStats:
     draft tokens included) / forced by the grammar / accepted from drafts; rollbacks: draft tokens
     rolled back; mask_seconds: CPU time filling masks (s), mostly hidden behind the forward pass;
     masks: mask rows filled; reasoning_tokens: tokens inside the reasoning block (end marker included);
-    retries: validate-and-rollback retries, and `violations` what each retry was for ("<keyword> at
-    <pointer>: <message>")."""
+    retries: validate-and-rollback retries; violations: every violation found ("<keyword> at <pointer>:
+    <message>"), one per retry, and the last one too when it ended the generation."""
 
     forward_passes: int = 0
     tokens_sampled: int = 0
@@ -143,6 +147,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         self.ends: list[int] = []  # output byte offset after each of them
         self.sampled: list[bool] = []  # whether each was sampled (a retry can ban it) or forced
         self.bans: dict[int, set[int]] = {}  # output byte offset -> tokens banned there by retries
+        self.held_from: int | None = None  # where the text the loop holds back begins (last `_hold`)
         self.phase = "answer"  # or "free" / "thinking" (see the module docstring)
         self.prompt_state = "none"  # the prompt's reasoning state (`ReasoningTokens.prompt_state`)
         if reasoning is not None:
@@ -308,34 +313,47 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         return self._retry(step, first, before, violation)
 
     def _retry(self, step: Step, first: int, before: int, violation) -> Step:
-        """Roll back to the first sampled token that wrote the violating value's text, and ban that
-        text there; or end with finish "error" when nothing can change or the retry budget is spent.
+        """Roll back to a sampled token that led to the violating value, and ban the rejected text
+        there; or end with finish "error" when nothing can change or the retry budget is spent.
 
-        The bans (see `_bans_for`) cover every spelling of the rejected text from that token's offset
-        to its first content byte (`red` after `","`: `r`, `re`, `red`, `red"`, ...), so the retry
-        cannot write the same value again with other tokens, while structural bytes (`"`, `[`) stay
-        allowed. A token is skipped if the bans leave the grammar nothing to choose at its offset."""
-        accepted = before + len(step.tokens) - first  # answer tokens the matcher holds
+        Where to retry, first that works (its bans leave the grammar something to choose):
+        1. for a keyword the container broke by closing too early (`contains`, `dependentRequired`,
+           `minProperties`, ...), the token that closed it (`}` becomes `,` and another member);
+        2. the first sampled token that wrote the value's text (`_bans_for`: every spelling of the
+           rejected text from there, `r`, `re`, `red`, `red"`, so other tokens cannot write it again);
+        3. the last sampled token before the value that may still be rolled back (`,` becomes `]`
+           or `}`: the member is left out)."""
+        self._seek(len(self.answer))  # the matcher also took the step's tokens after the violating one
         reaching = bisect.bisect_right(self.ends, violation.start)  # tokens before it end at or before its start
-        if not self.matcher.rollback(accepted - reaching):
-            return self._finish()
+        movable = self._movable(before)
         retry = bans = None
-        for i in range(reaching, len(self.answer)):
-            if self.sampled[i]:
-                bans = self._bans_for(i, violation)
-                if bans is not None:
+        if violation.keyword in _CLOSED_TOO_EARLY and bytes(self.checker.text[violation.end - 1 : violation.end]) in (
+            b"}",
+            b"]",
+        ):
+            closer = bisect.bisect_left(self.ends, violation.end)  # the token that wrote the closing bracket
+            if closer < len(self.answer) and self.sampled[closer] and movable(closer):
+                bans = self._try(closer, violation.end)
+                retry = closer if bans is not None else None
+        for i in range(reaching, len(self.answer)) if retry is None else ():
+            if self.sampled[i] and movable(i):
+                self._seek(i)
+                if (bans := self._bans_for(i, violation)) is not None:
                     retry = i
                     break
-            if not self.matcher.accept_token(self.answer[i]):
-                return self._finish()
-        if retry is None:  # nothing in the value can change: change the choice that led to it (`,` -> `]`)
-            retry, bans = self._earlier_choice(reaching, violation)
+        for i in range(reaching - 1, -1, -1) if retry is None else ():  # nothing in the value can change
+            if not movable(i):
+                break
+            if self.sampled[i] and (bans := self._try(i, violation.end)) is not None:
+                retry = i
+                break
         self.stats.violations.append(str(violation))
         if retry is None or self.stats.retries >= self.max_retries:
             why = "no sampled token to change" if retry is None else f"{self.max_retries} retries spent"
             step.finish, step.message = "error", f"validate-and-rollback: {violation} ({why})"
             return step
         self.stats.retries += 1
+        self._seek(retry)
         offset = self._start(retry)
         for later in [o for o in self.bans if o > offset]:
             del self.bans[later]
@@ -378,29 +396,30 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
                 bans.setdefault(at, set()).update(by_bytes.get(rejected[:n], ()))
         return bans if self._allowed() - bans[start] - self.bans.get(start, set()) else None
 
-    def _earlier_choice(self, reaching: int, violation) -> tuple[int | None, dict | None]:
-        """The last sampled token before answer token `reaching` that may still be rolled back (inside
-        the held, open value) and has an alternative, with its bans (the token and every spelling of
-        the rejected text from there that reaches as far); (None, None) if there is none. Leaves the
-        matcher at that token's position."""
-        held = self.checker.hold_from()
-        if held is None or not self.matcher.rollback(len(self.answer) - reaching):
-            return None, None
-        text = bytes(self.checker.text)
+    def _movable(self, before: int):
+        """Whether answer token `i` may still be rolled back: it came in this step (answer tokens from
+        `before` on) or the loop still holds it back (the last step's `hold`)."""
+        held = self.held_from
+        return lambda i: i >= before or (held is not None and self.ends[i] > held)
+
+    def _seek(self, i: int) -> None:
+        """Put the matcher after the first `i` answer tokens (rolling back or accepting again)."""
+        if self.matcher.num_accepted > i:
+            self.matcher.rollback(self.matcher.num_accepted - i)
+        else:
+            self.matcher.accept_tokens(self.answer[self.matcher.num_accepted : i])
+
+    def _try(self, i: int, end: int) -> dict[int, set[int]] | None:
+        """{offset: tokens} banning answer token `i` and every spelling of the output from its offset
+        to `end` at least as long; None if that leaves the grammar nothing to choose there."""
+        self._seek(i)
+        start = self._start(i)
+        rejected = bytes(self.checker.text[start:end])
         by_bytes = self.compiled.tokenizer.token_ids_by_bytes
-        for i in range(reaching - 1, -1, -1):
-            if self.ends[i] <= held or not self.matcher.rollback(1):
-                break
-            if not self.sampled[i]:
-                continue
-            start = self._start(i)
-            rejected = text[start : violation.end]
-            banned = {self.answer[i]}
-            for n in range(self.ends[i] - start, min(len(rejected), _LONGEST_TOKEN) + 1):
-                banned.update(by_bytes.get(rejected[:n], ()))
-            if self._allowed() - banned - self.bans.get(start, set()):
-                return i, {start: banned}
-        return None, None
+        banned = {self.answer[i]}
+        for n in range(self.ends[i] - start, min(len(rejected), _LONGEST_TOKEN) + 1):
+            banned.update(by_bytes.get(rejected[:n], ()))
+        return {start: banned} if self._allowed() - banned - self.bans.get(start, set()) else None
 
     def _allowed(self) -> set[int]:
         """The tokens the grammar allows at the matcher's position."""
@@ -414,7 +433,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
 
     def _hold(self) -> int:
         """Trailing answer tokens whose text may still be rolled back."""
-        start = self.checker.hold_from()
+        self.held_from = start = self.checker.hold_from()
         return 0 if start is None else len(self.ends) - bisect.bisect_right(self.ends, start)
 
     def _finish(self) -> Step:

@@ -67,7 +67,8 @@ class SamplingParams:
             if not ok:
                 raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
         for token, bias in (self.logit_bias or {}).items():
-            if not (isinstance(token, int) and token >= 0 and -100 <= bias <= 100):
+            ok = type(token) is int and type(bias) in (int, float) and token >= 0 and -100 <= bias <= 100
+            if not ok:  # bool is an int: {True: 5} is a mistake, not token 1
                 raise ValueError(
                     f"logit_bias must map token ids >= 0 to values in [-100, 100], got {token!r}: {bias!r}"
                 )

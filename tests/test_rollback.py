@@ -36,6 +36,23 @@ CASES = {
         },
         ["red"],
     ),
+    "not (an optional member left out)": (
+        {
+            "type": "object",
+            "properties": {"a": {"enum": [1]}, "b": {"enum": ["x"], "not": {"const": "x"}}},
+            "required": ["a"],
+        },
+        [',"b', "x"],
+    ),
+    "dependentRequired (a member added)": (
+        {
+            "type": "object",
+            "properties": {"card": {"enum": [1]}, "billing": {"enum": [2]}},
+            "required": ["card"],
+            "dependentRequired": {"card": ["billing"]},
+        },
+        ["}"],
+    ),
     "contains": (
         {"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 2, "maxItems": 2, "contains": {"const": "y"}},
         ["x"],
@@ -144,3 +161,31 @@ def test_strategy_rollback_keeps_the_checker_in_step(tiny_model):
     strategy.rollback(3)
     kept = result.token_ids[:-3]
     assert strategy.answer == kept and bytes(strategy.checker.text) == tiny_model.tokenizer.hf.decode(kept).encode()
+
+
+def test_the_report_labels_keywords_under_a_validated_one(tiny_model):
+    session = ConstrainedSession(tiny_model, schema={"enum": ["x", "y"], "not": {"enum": ["x"]}})
+    hows = {(e.keyword, e.pointer): e.how for e in session.enforcement}
+    assert hows == {
+        ("enum", "/enum"): "grammar",
+        ("not", "/not"): "validate-and-rollback",
+        ("enum", "/not/enum"): "validate-and-rollback",
+    }
+
+
+def test_the_enforcement_header_stays_small(tiny_model):
+    from coreai.server.constraints import MAX_HEADER_ENTRIES, enforcement_headers
+
+    many = {f"p{i}": {"type": "array", "uniqueItems": True} for i in range(100)}
+    header = enforcement_headers(ConstrainedSession(tiny_model, schema={"type": "object", "properties": many}))
+    value = header["x-coreai-enforcement"]
+    assert value.count("validate-and-rollback uniqueItems") == MAX_HEADER_ENTRIES
+    assert value.endswith(f"and {100 - MAX_HEADER_ENTRIES} more (coreai check-schema lists them all)")
+
+
+@pytest.mark.parametrize("logit_bias", [{True: 5}, {1: "5"}, {-1: 5}, {1: 101}])
+def test_bad_logit_bias(logit_bias):
+    from runtime import SamplingParams
+
+    with pytest.raises(ValueError, match="logit_bias"):
+        SamplingParams(logit_bias=logit_bias)

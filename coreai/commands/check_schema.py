@@ -1,5 +1,8 @@
-"""`coreai check-schema SCHEMA [--model MODEL] [grammar options]`: compile a JSON Schema for a model's
-tokenizer and print how each keyword is enforced, without running the model."""
+"""`coreai check-schema SCHEMA [--model MODEL] [grammar options]`: how each keyword is enforced.
+
+Compiles a JSON Schema for a model's tokenizer and prints, for every keyword, whether the grammar
+or validate-and-rollback enforces it, without running the model.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "check-schema",
         help="compile a JSON Schema and print how each keyword is enforced (no model run)",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n", 1)[1].strip(),
     )
     p.add_argument("schema", help="JSON Schema file, or inline JSON")
     p.add_argument(
@@ -46,6 +49,8 @@ def run(args) -> int:
         return 0
     print(f"compiled in {compiled.compile_seconds * 1e3:.1f} ms for the tokenizer of {folder.name}")
     rows = summary(report)
+    if not rows:
+        print("  no keywords: any JSON value is accepted")
     width = max([len(k) for k, *_ in rows] + [7])
     for keyword, how, n, pointers in rows:
         shown = ", ".join(pointers[:3]) + (f", ... ({n - 3} more)" if n > 3 else "")

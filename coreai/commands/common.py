@@ -126,7 +126,7 @@ def constrained_session(model, args):
 
 
 def print_enforcement(session, result) -> None:
-    """On stderr: the schema keywords not enforced by the grammar alone, and the retries they caused."""
+    """On stderr: the schema keywords not enforced by the grammar alone, and the violations found."""
     from guided.enforcement import GRAMMAR, summary
 
     rows = summary(session.enforcement)
@@ -137,7 +137,7 @@ def print_enforcement(session, result) -> None:
     if rows:
         print(f"[{by_grammar} keyword occurrences enforced by the grammar]", file=sys.stderr)
     for violation in result.stats.violations:
-        print(f"[retried: {violation}]", file=sys.stderr)
+        print(f"[violation: {violation}]", file=sys.stderr)
 
 
 def print_stats(result, verbose: bool = False) -> None:

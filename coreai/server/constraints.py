@@ -144,6 +144,13 @@ def enforcement_headers(session: ConstrainedSession) -> dict[str, str]:
     """The `x-coreai-enforcement` response header of a constrained request: "grammar" when the grammar
     enforces every keyword of the schema (and for regex, choices, grammars), else "; "-separated
     "<how> <keyword> <pointer>" entries for the keywords enforced otherwise (validate-and-rollback;
-    not enforced, in lenient mode), pointers percent-encoded to stay ASCII."""
+    not enforced, in lenient mode), pointers percent-encoded to stay ASCII; at most
+    `MAX_HEADER_ENTRIES`, then "and N more"."""
     entries = [f"{e.how} {e.keyword} {quote(e.pointer, safe='/~$')}" for e in session.enforcement if e.how != GRAMMAR]
-    return {"x-coreai-enforcement": "; ".join(entries) or GRAMMAR}
+    shown = entries[:MAX_HEADER_ENTRIES]
+    if len(entries) > len(shown):  # HTTP clients refuse huge headers (httpx: 64 KiB); the report is the same
+        shown.append(f"and {len(entries) - len(shown)} more (coreai check-schema lists them all)")
+    return {"x-coreai-enforcement": "; ".join(shown) or GRAMMAR}
+
+
+MAX_HEADER_ENTRIES = 32
