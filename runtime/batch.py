@@ -137,8 +137,10 @@ class BatchGenerator:
         if self.prompt_cache is not None:
             cache, rest = self.prompt_cache.fetch_nearest_cache(_MODEL_KEY, list(prompt_ids))
             if cache is not None and not rest:  # an exact hit: the last prompt token still gives the first logits
-                trim_prompt_cache(cache, 1)
-                rest = prompt_ids[-1:]
+                if trim_prompt_cache(cache, 1) == 1:
+                    rest = prompt_ids[-1:]
+                else:  # a rotating cache past its window cannot give the token back
+                    cache, rest = None, prompt_ids
             reused = len(prompt_ids) - len(rest) if cache is not None else 0
         cache = cache or make_prompt_cache(self.network)
         if drafter is not None and self.trimmable:
