@@ -15,7 +15,7 @@ the same OpenBLAS; it reports aggregate tok/s (completion tokens / wall time of 
 per-request decode tok/s (after the first token, median), TTFT p50/p95 and how many constrained
 outputs were valid, and writes JSON (default `benchmarks/results/server_concurrency.json`).
 
-    python -m benchmarks.server --concurrency 1,2,4,8 [--requests 8] [--max-batch 8]
+    python -m benchmarks.server --concurrency 1,2,4,8 [--requests 8] [--max-batch 8] [--speculative off]
 """
 
 from __future__ import annotations
@@ -243,7 +243,8 @@ CODE_MLX_LM = (
 def concurrency_main(args) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     folder = store.ensure(args.model) if not Path(args.model).is_dir() else Path(args.model)
-    results = {"model": args.model, "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": []}
+    results = {"model": args.model, "max_tokens": args.max_tokens, "max_batch": args.max_batch}
+    results.update(speculative=args.speculative, levels=[])
 
     def free(c: int, who: str, model: str) -> list[dict]:
         return [
@@ -253,6 +254,7 @@ def concurrency_main(args) -> int:
         ]
 
     coreai_args = ["serve", str(folder), "--port", "{port}", "--max-batch", str(args.max_batch), "--max-queue", "64"]
+    coreai_args += ["--speculative", args.speculative]
     with _Server(CODE_COREAI, coreai_args) as server:
         import httpx
 
@@ -317,6 +319,9 @@ def main(argv=None) -> int:
     parser.add_argument("--concurrency", help="e.g. 1,2,4,8: measure batching at these concurrencies")
     parser.add_argument("--requests", type=int, default=8, help="requests per concurrency level (--concurrency)")
     parser.add_argument("--max-batch", type=int, default=8, help="the coreai server's --max-batch (--concurrency)")
+    parser.add_argument(
+        "--speculative", default="prompt_lookup", help="the coreai server's --speculative (--concurrency)"
+    )
     args = parser.parse_args(argv)
     if args.concurrency:
         args.max_tokens = args.max_tokens or 48

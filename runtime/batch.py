@@ -27,8 +27,9 @@ lengths; every row is stepped every pass, so forced tokens never stall the other
 that one pass). Speculative drafts are fed only while a single row is active: with several rows the
 batch already fills the pass, and a draft would widen every row's feed.
 
-The KV cache must be one mlx-lm can batch (`KVCache` layers; rotating caches batch but cannot be
-trimmed, so no drafts there).
+The KV cache must be one mlx-lm can batch. Plain `KVCache` layers can be trimmed per row; models
+with rotating (sliding-window) layers batch, but get no drafts, and a rollback ends that row with
+an error.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import KVCache, LRUPromptCache, make_prompt_cache, trim_prompt_cache
 
 from runtime.generate import Delta, Sequence, default_prefill_step
 from runtime.strategy import DecodingStrategy, Drafter
@@ -106,6 +107,9 @@ class BatchGenerator:
         self.active: list[Row] = []  # decoding, in the order of the batch cache's rows
         self.waiting: list[Row] = []  # prefilling (the first one) or waiting for a free row
         self.cache: list | None = None  # one BatchKVCache (or batched rotating cache) per layer
+        # A row's KV can be trimmed (rejected drafts, rollback) only in plain KV caches: a rotating
+        # (sliding-window) one may have overwritten what a trim would uncover.
+        self.trimmable = all(type(c) is KVCache for c in make_prompt_cache(network))
 
     def __len__(self) -> int:
         """Rows decoding or waiting."""
@@ -133,11 +137,13 @@ class BatchGenerator:
         if self.prompt_cache is not None:
             cache, rest = self.prompt_cache.fetch_nearest_cache(_MODEL_KEY, list(prompt_ids))
             if cache is not None and not rest:  # an exact hit: the last prompt token still gives the first logits
-                trim_prompt_cache(cache, 1)
-                rest = prompt_ids[-1:]
+                if trim_prompt_cache(cache, 1) == 1:
+                    rest = prompt_ids[-1:]
+                else:  # a rotating cache past its window cannot give the token back
+                    cache, rest = None, prompt_ids
             reused = len(prompt_ids) - len(rest) if cache is not None else 0
         cache = cache or make_prompt_cache(self.network)
-        if drafter is not None and can_trim_prompt_cache(cache):
+        if drafter is not None and self.trimmable:
             strategy.begin(list(prompt_ids), _SoloDrafter(drafter, self))
         else:
             strategy.begin(list(prompt_ids))
@@ -187,6 +193,9 @@ class BatchGenerator:
             trim = row.seq.apply(row.strategy.step(row.logits))
         except Exception as exc:  # noqa: BLE001 - this row's failure ends this row only
             out.append((row, row.seq.end("error", f"{type(exc).__name__}: {exc}")))
+            return 0
+        if trim and not self.trimmable:
+            out.append((row, row.seq.end("error", "this model's KV cache cannot be trimmed for a rollback")))
             return 0
         if trim:
             del row.tokens[len(row.tokens) - trim :]
@@ -258,7 +267,7 @@ class BatchGenerator:
         padding = [width - n for n in lengths]
         if any(padding):
             for c in self.cache:
-                c.prepare(right_padding=padding)
+                c.prepare(lengths=lengths, right_padding=padding)
         ids = mx.array([row.feed + [0] * p for row, p in zip(self.active, padding)])
         logits = self.network(ids, cache=self.cache)
         if any(padding):  # the padded tail moves to the left padding, masked from later passes

@@ -153,3 +153,36 @@ def test_rollback_trims_one_row(qwen_model):
     batched = run(BatchGenerator(qwen_model.network, qwen_model.tokenizer, max_batch=3), 1, reqs)
     for i, r in enumerate(single):
         assert batched[i].token_ids == r.token_ids and batched[i].text == r.text, i
+
+
+class ForceTwo(SamplingStrategy):
+    """Appends two forced tokens after its 3rd sampled one (as jump-forward does), without the cost
+    of a grammar for a 262k vocabulary."""
+
+    steps = 0
+
+    def advance(self, accepted, token):
+        self.steps += 1
+        step = super().advance(accepted, token)
+        if self.steps == 3:
+            step.tokens += [token, token]
+            step.forced = 2
+        return step
+
+
+def test_sliding_window_model_batches(gemma_dir):
+    """Gemma 3 has rotating (sliding-window) KV layers: rows of different feed lengths still batch,
+    equal to their single-sequence outputs; its caches cannot be trimmed, so no drafts."""
+    from runtime import load_model
+
+    model = load_model(gemma_dir)
+    ids = [model.prompt_ids(f"Story number {i}: Once upon a time") for i in range(3)]
+    reqs = [(ids[0], SamplingStrategy, dict(max_tokens=12)), (ids[1], ForceTwo, dict(max_tokens=12))]
+    reqs.append((ids[2], SamplingStrategy, dict(max_tokens=12)))
+    single = [model.generate(i, strategy=make(), **options) for i, make, options in reqs]
+    batch = BatchGenerator(model.network, model.tokenizer, max_batch=3)
+    assert not batch.trimmable
+    batched = run(batch, 1, reqs)
+    assert single[1].forced_tokens == 2
+    for i, r in enumerate(single):
+        assert batched[i].token_ids == r.token_ids, i

@@ -40,7 +40,7 @@ def register(sub) -> None:
     p.add_argument(
         "--max-batch",
         type=int,
-        default=4,
+        default=8,
         help="requests decoding together (continuous batching: one forward pass for all; constrained "
         "and free requests mix); 1 runs them one at a time (default: %(default)s, measured: "
         "see the README's batching table)",

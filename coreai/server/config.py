@@ -29,7 +29,7 @@ class ServerConfig:
     max_tokens: int = 1024
     temperature: float = 0.7
     max_queue: int = 16
-    max_batch: int = 4
+    max_batch: int = 8
     prompt_cache_bytes: int = 1 << 30
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"

@@ -76,7 +76,7 @@ class Engine:
     bytes of KV cache (0 turns it off).
     """
 
-    def __init__(self, model: Model, max_queue: int, max_batch: int = 4, prompt_cache_bytes: int = 1 << 30):
+    def __init__(self, model: Model, max_queue: int, max_batch: int, prompt_cache_bytes: int):
         self.model = model
         # Bounded by bytes only: the entry count is not what runs out.
         cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes) if prompt_cache_bytes > 0 else None
