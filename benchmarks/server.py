@@ -50,8 +50,6 @@ SYSTEM = "You are a careful assistant for an engineering team. " + " ".join(
 
 def _stream(base: str, messages, max_tokens: int) -> dict:
     """One streamed greedy request: TTFT (s, to the first content), decode tok/s, usage."""
-    import httpx
-
     body = {
         "model": "bench",
         "messages": messages,
@@ -60,26 +58,13 @@ def _stream(base: str, messages, max_tokens: int) -> dict:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    start = time.perf_counter()
-    first = last = None
-    usage = None
-    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=600) as response:
-        for line in response.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                first = first or time.perf_counter()
-                last = time.perf_counter()
-    n = usage["completion_tokens"]
+    r = _timed(base, body)
     return {
-        "ttft": first - start,
-        "decode_tps": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
-        "completion_tokens": n,
-        "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
-        "prompt_tokens": usage["prompt_tokens"],
+        "ttft": r["ttft"],
+        "decode_tps": r["decode_tps"],
+        "completion_tokens": r["completion_tokens"],
+        "cached_tokens": r["usage"]["prompt_tokens_details"]["cached_tokens"],
+        "prompt_tokens": r["usage"]["prompt_tokens"],
     }
 
 
@@ -116,7 +101,8 @@ def workload(n: int, tag: str, max_tokens: int, model: str) -> list[dict]:
 
 def _timed(base: str, body: dict) -> dict:
     """One streamed request: TTFT (s), decode tok/s after the first token, completion tokens (from
-    usage, else one per content chunk), the text, and its start/end times (perf_counter seconds)."""
+    usage, else one per content chunk), the usage, the text, and its start/end times (perf_counter
+    seconds)."""
     import httpx
 
     start = time.perf_counter()
@@ -140,6 +126,7 @@ def _timed(base: str, body: dict) -> dict:
         "ttft": (first or last or start) - start,
         "decode_tps": (n - 1) / (last - first) if first and n > 1 and last > first else 0.0,
         "completion_tokens": n,
+        "usage": usage,
         "text": text,
         "start": start,
         "end": time.perf_counter(),
