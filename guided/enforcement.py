@@ -41,9 +41,9 @@ def enforcement(compiled: CompiledGrammar) -> tuple[KeywordEnforcement, ...]:
     spec = compiled.spec
     if spec.kind not in JSON_KINDS:
         return ()
-    from guided.validation import validator_for
+    from guided.validation import validator_class
 
-    known = set(type(validator_for(spec.schema)).VALIDATORS) | _ASSERTING
+    known = set(validator_class(spec.schema).VALIDATORS) | _ASSERTING
     rollback = {(n.keyword, n.pointer) for n in compiled.validated}
     gaps = {(n.keyword, n.pointer) for n in compiled.not_enforced}
     report = []

@@ -388,12 +388,9 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         if start >= last or end <= content:  # the token wrote none of the value's content
             return None
         content = max(content, start)
-        by_bytes = self.compiled.tokenizer.token_ids_by_bytes
         bans: dict[int, set[int]] = {start: {self.answer[i]}}
         for at in range(start, content + 1):  # every spelling that reaches the content byte
-            rejected = text[at : violation.end]
-            for n in range(content - at + 1, min(len(rejected), _LONGEST_TOKEN) + 1):
-                bans.setdefault(at, set()).update(by_bytes.get(rejected[:n], ()))
+            bans.setdefault(at, set()).update(self._spellings(text[at : violation.end], content - at + 1))
         return bans if self._allowed() - bans[start] - self.bans.get(start, set()) else None
 
     def _movable(self, before: int):
@@ -414,12 +411,15 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         to `end` at least as long; None if that leaves the grammar nothing to choose there."""
         self._seek(i)
         start = self._start(i)
-        rejected = bytes(self.checker.text[start:end])
-        by_bytes = self.compiled.tokenizer.token_ids_by_bytes
-        banned = {self.answer[i]}
-        for n in range(self.ends[i] - start, min(len(rejected), _LONGEST_TOKEN) + 1):
-            banned.update(by_bytes.get(rejected[:n], ()))
+        banned = {self.answer[i]} | self._spellings(bytes(self.checker.text[start:end]), self.ends[i] - start)
         return {start: banned} if self._allowed() - banned - self.bans.get(start, set()) else None
+
+    def _spellings(self, rejected: bytes, shortest: int) -> set[int]:
+        """The tokens spelling a prefix of `rejected` at least `shortest` bytes long."""
+        by_bytes = self.compiled.tokenizer.token_ids_by_bytes
+        return {
+            t for n in range(shortest, min(len(rejected), _LONGEST_TOKEN) + 1) for t in by_bytes.get(rejected[:n], ())
+        }
 
     def _allowed(self) -> set[int]:
         """The tokens the grammar allows at the matcher's position."""

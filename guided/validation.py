@@ -73,20 +73,23 @@ def check_json(text: str, schema) -> tuple[Any, list[str]]:
     return value, errors
 
 
-def validator_for(schema) -> "jsonschema.protocols.Validator":
-    """A `jsonschema` validator for `schema`: its draft's class (2020-12 when it names none), format
-    assertions on (see `_format_checker`)."""
+def validator_class(schema) -> type:
+    """The `jsonschema` validator class of `schema`'s draft (2020-12 when it names none)."""
     import jsonschema
 
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+
+
+def validator_for(schema) -> "jsonschema.protocols.Validator":
+    """A `jsonschema` validator for `schema`: its draft's class, format assertions on (see
+    `_format_checker`)."""
+    cls = validator_class(schema)
     return cls(schema, format_checker=_format_checker(cls))
 
 
 def can_validate(schema, keyword: str, value=None) -> bool:
     """True if `validator_for(schema)` checks `keyword` (for "format": the format named `value`)."""
-    import jsonschema
-
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls = validator_class(schema)
     if keyword == "format":
         return value in _format_checker(cls).checkers and value not in _NOT_CHECKED_FORMATS
     return _CHECKED_BY.get(keyword, keyword) in cls.VALIDATORS
