@@ -16,8 +16,9 @@ One step (`BatchGenerator.step`):
     apply each row's strategy.step(its logits)          -> Sequence.apply: trims, EOS, budget, cancel
     emit each row's text (detokenizer, stop strings)    -> Sequence.emit
     trim rows' KV caches (prepare(right_padding=trims) + finalize: the trimmed tail becomes left padding)
-    rows that finished leave (filter; their cache goes to the prefix cache); a waiting row prefills one
-        chunk, and joins (merge + extend) once only its last prompt token is left
+    rows that finished leave (filter; their cache goes to the prefix cache); waiting rows prefill,
+        together in one pass when their prompts fit a chunk (else one chunk of one row), and join
+        (merge + extend) once only their last prompt token is left
     feed every row its new tokens in ONE forward pass, right-padded to the longest feed, mx.async_eval
     strategy.prepare() of every row (grammar masks) while MLX computes
 
@@ -227,33 +228,71 @@ class BatchGenerator:
             c.filter(keep)
 
     def _admit(self, out: list) -> None:
-        """Cancelled waiting rows end; the first waiting row prefills one chunk, and joins the batch
-        when only its last prompt token is left (that token is fed with the batch)."""
+        """Cancelled waiting rows end; waiting rows prefill and join the batch once only their last
+        prompt token is left (that token is fed with the batch). Rows whose remaining prompts fit one
+        chunk prefill together in ONE pass (as mlx-lm's `BatchGenerator` prefills a batch of prompts),
+        up to the free rows and `2 * prefill_step_size` padded positions, so several requests arriving
+        together pause the running rows once, not once each; a longer prompt prefills alone, one chunk
+        per step."""
         for row in [r for r in self.waiting if r.seq.cancelled]:
             self.waiting.remove(row)
             out.append((row, row.seq.end("cancelled")))
-        if not self.waiting or len(self.active) >= self.max_batch:
+        room = self.max_batch - len(self.active)
+        if not self.waiting or room < 1:
             return
-        row = self.waiting[0]
-        if len(row.pending) > 1:
-            n = min(self.prefill_step_size, len(row.pending) - 1)
-            self.network(mx.array(row.pending[:n])[None], cache=row.cache)
-            mx.eval([c.state for c in row.cache])
-            row.tokens += row.pending[:n]
-            row.pending = row.pending[n:]
-        if len(row.pending) > 1:
+        if len(self.waiting[0].pending) - 1 > self.prefill_step_size:
+            self._prefill_alone(self.waiting[0])
             return
-        self.waiting.pop(0)
-        joined = [type(c).merge([c]) for c in row.cache]
+        group: list[Row] = []
+        for row in self.waiting[:room]:
+            width = max(len(r.pending) - 1 for r in group + [row])
+            if group and (width > self.prefill_step_size or (len(group) + 1) * width > 2 * self.prefill_step_size):
+                break
+            group.append(row)
+        self._join(group, self._prefill_together(group))
+
+    def _prefill_alone(self, row: Row) -> None:
+        """One chunk of a row's prompt into its own KV cache."""
+        n = min(self.prefill_step_size, len(row.pending) - 1)
+        self.network(mx.array(row.pending[:n])[None], cache=row.cache)
+        mx.eval([c.state for c in row.cache])
+        row.tokens += row.pending[:n]
+        row.pending = row.pending[n:]
+
+    def _prefill_together(self, group: list[Row]) -> list:
+        """Merge the rows' own KV caches into a batched one and prefill all but the last token of
+        each remaining prompt in one pass, right-padded to the longest (the padding moves to the left
+        and is masked, as in `_forward`). Returns the batched caches, one per layer, rows in order."""
+        merged = [type(layer[0]).merge(list(layer)) for layer in zip(*(row.cache for row in group))]
+        chunks = [row.pending[:-1] for row in group]
+        lengths = [len(c) for c in chunks]
+        width = max(lengths)
+        if width:
+            padding = [width - n for n in lengths]
+            for c in merged:
+                c.prepare(lengths=lengths, right_padding=padding)
+            self.network(mx.array([c + [0] * p for c, p in zip(chunks, padding)]), cache=merged)
+            for c in merged:
+                c.finalize()
+            mx.eval([c.state for c in merged])
+        for row, chunk in zip(group, chunks):
+            row.tokens += chunk
+            row.pending = row.pending[-1:]
+        return merged
+
+    def _join(self, rows: list[Row], caches: list) -> None:
+        """Rows whose prompt is in `caches` (batched, one per layer, rows in order) join the batch."""
         if self.cache is None:
-            self.cache = joined
+            self.cache = caches
         else:
-            for c, j in zip(self.cache, joined):
+            for c, j in zip(self.cache, caches):
                 c.extend(j)
-        row.cache = None
-        row.feed, row.rows = row.pending, 1
-        row.pending = []
-        self.active.append(row)
+        for row in rows:
+            self.waiting.remove(row)
+            row.cache = None
+            row.feed, row.rows = row.pending, 1
+            row.pending = []
+            self.active.append(row)
 
     def _forward(self) -> None:
         """One forward pass over every active row's feed, right-padded to the longest; each row's

@@ -128,6 +128,47 @@ def test_prefix_cache_changes_no_output(tiny_model, max_batch):
     assert warm[2].usage.cached_tokens == len(a) - 1 and warm[3].usage.cached_tokens > len(a)
 
 
+def run_together(batch: BatchGenerator, reqs) -> dict:
+    """Add all the requests before the first step; returns {index: GenerationResult}."""
+    for i, (ids, make, options) in enumerate(reqs):
+        batch.add(ids, make(), tag=i, **options)
+    results = {}
+    while len(batch):
+        results.update((row.tag, d.result) for row, d in batch.step() if d.result is not None)
+    return results
+
+
+def test_rows_arriving_together_prefill_in_one_pass(qwen_model):
+    """On the real model, whose output would show a padding or offset fault: prompts of different
+    lengths, one starting from a cached prefix (so the merged KV caches start at different lengths),
+    prefill together and join in the first step; a prompt longer than a chunk prefills alone, chunk
+    by chunk, and joins later. Every output equals its single generation."""
+    free = lambda: SamplingStrategy(SamplingParams())  # noqa: E731
+    cached = qwen_model.prompt_ids("The capital of France is", chat_template=False)
+    texts = ["The capital of France is Paris, and the capital of Spain is", "One, two,", "List three colours:"]
+    prompts = [qwen_model.prompt_ids(t, chat_template=False) for t in texts]
+    prompts.append(qwen_model.prompt_ids("alpha beta gamma delta " * 12, chat_template=False))
+    reqs = [(ids, free, dict(max_tokens=6)) for ids in prompts]
+    single = [qwen_model.generate(ids, strategy=make(), **options) for ids, make, options in reqs]
+
+    cache = LRUPromptCache(max_size=1 << 20, max_bytes=64 << 20)
+    batch = BatchGenerator(
+        qwen_model.network, qwen_model.tokenizer, max_batch=4, prompt_cache=cache, prefill_step_size=16
+    )
+    run_together(batch, [(cached, free, dict(max_tokens=2))])
+    rows = [batch.add(ids, make(), tag=i, **options) for i, (ids, make, options) in enumerate(reqs)]
+    assert rows[0].seq.reused > 0 and len(prompts[3]) - 1 > 16
+    results = {}
+    for step in range(1, 200):
+        results.update((row.tag, d.result) for row, d in batch.step() if d.result is not None)
+        if step == 1:
+            assert batch.active == rows[:3] and batch.waiting == rows[3:]
+        if not len(batch):
+            break
+    for i, r in enumerate(single):
+        assert results[i].token_ids == r.token_ids, i
+
+
 class Backtrack(SamplingStrategy):
     """Rolls back its last 2 tokens at its 5th step (as validate-and-rollback does), so the batched
     loop must trim one row's KV cache while the other rows keep theirs. It holds back its last 2
@@ -180,9 +221,10 @@ def test_sliding_window_model_batches(gemma_dir):
     reqs = [(ids[0], SamplingStrategy, dict(max_tokens=12)), (ids[1], ForceTwo, dict(max_tokens=12))]
     reqs.append((ids[2], SamplingStrategy, dict(max_tokens=12)))
     single = [model.generate(i, strategy=make(), **options) for i, make, options in reqs]
-    batch = BatchGenerator(model.network, model.tokenizer, max_batch=3)
-    assert not batch.trimmable
-    batched = run(batch, 1, reqs)
     assert single[1].forced_tokens == 2
-    for i, r in enumerate(single):
-        assert batched[i].token_ids == r.token_ids, i
+    for join in ("one by one", "together"):  # rows joining a running batch; rows prefilled in one pass
+        batch = BatchGenerator(model.network, model.tokenizer, max_batch=3)
+        assert not batch.trimmable
+        batched = run(batch, 1, reqs) if join == "one by one" else run_together(batch, reqs)
+        for i, r in enumerate(single):
+            assert batched[i].token_ids == r.token_ids, (join, i)
