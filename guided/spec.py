@@ -135,11 +135,11 @@ def load_schema(schema) -> Any:
 
     Raises SchemaError for unreadable files and text that is not JSON (pointer "").
     """
-    if isinstance(schema, (dict, bool)):
-        return schema
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):  # pydantic v2 model class
         return schema.model_json_schema()
-    if isinstance(schema, os.PathLike) or (isinstance(schema, str) and not _is_json_text(schema)):
+    if isinstance(schema, os.PathLike) or (
+        isinstance(schema, str) and not _is_json_text(schema) and not _parses(schema)
+    ):
         try:
             with open(schema, encoding="utf-8") as f:
                 schema = f.read()
@@ -147,12 +147,25 @@ def load_schema(schema) -> Any:
             raise SchemaError(f"cannot read the schema file {os.fspath(schema)!r}: {exc.strerror}") from None
     if isinstance(schema, str):
         try:
-            return json.loads(schema)
+            schema = json.loads(schema)
         except json.JSONDecodeError as exc:
             raise SchemaError(f"the schema is not valid JSON: {exc}") from None
+    if isinstance(schema, (dict, bool)):
+        return schema
+    if isinstance(schema, (list, int, float, str)) or schema is None:  # JSON, but not a schema
+        raise SchemaError(f"a schema must be a JSON object or a boolean, not {json.dumps(schema)[:60]}")
     raise SchemaError(
         f"a schema must be a dict, JSON text, a file path or a pydantic model class, not {type(schema).__name__}"
     )
+
+
+def _parses(text: str) -> bool:
+    """`text` is JSON (e.g. an inline array or number given where a schema or file name was expected)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 _BUNDLED_METASCHEMAS = {

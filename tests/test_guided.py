@@ -208,6 +208,16 @@ def test_schema_inputs(info, toy, tmp_path):
     assert not feed(info, toy, "[1]", json_object=True)
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", " 3", '"string"', "null", "[]"])
+def test_inline_json_that_is_not_a_schema_says_so(text):
+    """JSON text other than an object or a boolean is not a schema; it is not a file name either."""
+    value = json.loads(text)
+    for schema in [text] + ([value] if not isinstance(value, str) and value is not None else []):
+        with pytest.raises(SchemaError, match="must be a JSON object or a boolean") as err:
+            make_spec(schema=schema)
+        assert "file" not in str(err.value)
+
+
 # -- toy vocabulary: the matcher's state -------------------------------------------------------------
 
 
