@@ -13,9 +13,11 @@ flight to `coreai serve`, and the free half alone to coreai and to mlx-lm's serv
 (`mlx_lm.server`, which batches too), both started as subprocesses on the same float32 weights and
 the same OpenBLAS; it reports aggregate tok/s (completion tokens / wall time of the whole set),
 per-request decode tok/s (after the first token, median), TTFT p50/p95 and how many constrained
-outputs were valid, and writes JSON (default `benchmarks/results/server_concurrency.json`).
+outputs were valid, and writes JSON (default `benchmarks/results/server_concurrency.json`). Both
+servers stay up; each level runs `--repeats` rounds, each round on coreai then on mlx_lm, and the
+figures are the medians over rounds (side by side, so a change of load hits both alike).
 
-    python -m benchmarks.server --concurrency 1,2,4,8 [--requests 8] [--max-batch 8] [--speculative off]
+    python -m benchmarks.server --concurrency 1,2,4,8 [--requests 8] [--repeats 3] [--max-batch 8] [--speculative off]
 """
 
 from __future__ import annotations
@@ -231,40 +233,48 @@ def concurrency_main(args) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     folder = store.ensure(args.model) if not Path(args.model).is_dir() else Path(args.model)
     results = {"model": args.model, "max_tokens": args.max_tokens, "max_batch": args.max_batch}
-    results.update(speculative=args.speculative, levels=[])
+    results.update(speculative=args.speculative, requests=args.requests, rounds=args.repeats, levels=[])
 
-    def free(c: int, who: str, model: str) -> list[dict]:
+    def free(c: int, tag: str, model: str) -> list[dict]:
         return [
             b
-            for b in workload(args.requests, f"free c={c} {who}", args.max_tokens, model)
+            for b in workload(args.requests, f"free c={c} {tag}", args.max_tokens, model)
             if "response_format" not in b
         ]
 
     coreai_args = ["serve", str(folder), "--port", "{port}", "--max-batch", str(args.max_batch), "--max-queue", "64"]
     coreai_args += ["--speculative", args.speculative]
-    with _Server(CODE_COREAI, coreai_args) as server:
-        import httpx
-
-        name = httpx.get(server.base + "/v1/models").json()["data"][0]["id"]
-        _timed(server.base, workload(2, "warm-up", 4, name)[1])
-        for c in levels:
-            mixed = workload(args.requests, f"mixed c={c}", args.max_tokens, name)
-            level = {"concurrency": c, "coreai_mixed": run_level(server.base, mixed, c)}
-            level["coreai_free"] = run_level(server.base, free(c, "coreai", name), min(c, args.requests // 2))
-            results["levels"].append(level)
-            print(_line("coreai mixed", level["coreai_mixed"]), flush=True)
-            print(_line("coreai free", level["coreai_free"]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         f32 = _float32_copy(folder, Path(tmp) / "f32")
         mlx_args = ["--model", str(f32), "--port", "{port}", "--temp", "0", "--max-tokens", str(args.max_tokens)]
-        with _Server(CODE_MLX_LM, mlx_args) as server:
-            _timed(server.base, workload(2, "warm-up", 4, "default_model")[1])
-            for level in results["levels"]:
-                c = level["concurrency"]
-                level["mlx_lm_free"] = run_level(
-                    server.base, free(c, "mlx_lm", "default_model"), min(c, args.requests // 2)
-                )
-                print(_line("mlx_lm free", level["mlx_lm_free"]), flush=True)
+        # Both servers stay up (an idle one takes no CPU) and each level runs on both, round after
+        # round, so a change of load on a shared machine hits both sides alike; figures are medians.
+        with _Server(CODE_COREAI, coreai_args) as ours, _Server(CODE_MLX_LM, mlx_args) as theirs:
+            import httpx
+
+            name = httpx.get(ours.base + "/v1/models").json()["data"][0]["id"]
+            _timed(ours.base, workload(2, "warm-up", 4, name)[1])
+            _timed(theirs.base, workload(2, "warm-up", 4, "default_model")[1])
+            for c in levels:
+                runs = {"coreai_mixed": [], "coreai_free": [], "mlx_lm_free": []}
+                for r in range(args.repeats):
+                    tag = f"round {r}"
+                    runs["coreai_mixed"].append(
+                        run_level(ours.base, workload(args.requests, f"mixed c={c} {tag}", args.max_tokens, name), c)
+                    )
+                    in_flight = min(c, args.requests // 2)
+                    runs["coreai_free"].append(run_level(ours.base, free(c, "coreai " + tag, name), in_flight))
+                    runs["mlx_lm_free"].append(
+                        run_level(theirs.base, free(c, "mlx_lm " + tag, "default_model"), in_flight)
+                    )
+                level = {"concurrency": c, **{k: _median_run(v) for k, v in runs.items()}}
+                results["levels"].append(level)
+                for k, label in (
+                    ("coreai_mixed", "coreai mixed"),
+                    ("coreai_free", "coreai free"),
+                    ("mlx_lm_free", "mlx_lm free"),
+                ):
+                    print(_line(label, level[k]), flush=True)
     base = results["levels"][0]["coreai_mixed"]["aggregate_tps"]
     for level in results["levels"]:
         level["coreai_mixed"]["speedup_over_first_level"] = level["coreai_mixed"]["aggregate_tps"] / base
@@ -288,9 +298,19 @@ def concurrency_main(args) -> int:
     return 0
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The median of each figure over rounds (valid counts summed), with every round's aggregate tok/s."""
+    out = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("constrained", "constrained_valid")}
+    out.update({k: sum(r[k] for r in runs) for k in ("constrained", "constrained_valid")})
+    out["requests"] = runs[0]["requests"]
+    out["concurrency"] = runs[0]["concurrency"]
+    out["aggregate_tps_rounds"] = [r["aggregate_tps"] for r in runs]
+    return out
+
+
 def _line(name: str, r: dict) -> str:
     return (
-        f"{name:12s} c={r['concurrency']}: {r['requests']} requests, {r['completion_tokens']} tokens in "
+        f"{name:12s} c={r['concurrency']}: {r['requests']} requests, {r['completion_tokens']:.0f} tokens in "
         f"{r['wall_seconds']:.1f} s = {r['aggregate_tps']:.2f} tok/s aggregate, {r['per_request_decode_tps']:.2f} "
         f"tok/s per request, TTFT p50 {r['ttft_p50']:.2f} s p95 {r['ttft_p95']:.2f} s, "
         f"valid {r['constrained_valid']}/{r['constrained']}"
@@ -301,7 +321,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default=store.DEFAULT_MODEL)
     parser.add_argument("--max-tokens", type=int, default=None, help="64; 48 with --concurrency")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of each level with --concurrency (medians)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--concurrency", help="e.g. 1,2,4,8: measure batching at these concurrencies")
     parser.add_argument("--requests", type=int, default=8, help="requests per concurrency level (--concurrency)")

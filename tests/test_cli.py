@@ -131,8 +131,10 @@ def test_console_script_runs():
 def test_truncated_constrained_output_exits_non_zero(tiny_model_dir, capsys):
     schema = '{"type": "object", "properties": {"text": {"type": "string", "minLength": 50}}, "required": ["text"]}'
     assert main(["generate", str(tiny_model_dir), "--prompt", "x", "--schema", schema, "--max-tokens", "3"]) == 1
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "finish=length" in err and "invalid output" in err and "incomplete" in err
+    # A pipe's consumer reads nothing rather than a partial value; the partial text is kept on stderr.
+    assert out == "" and 'partial output, not valid: {"' in err
 
 
 def test_schema_true_inline(tiny_model_dir, capsys):

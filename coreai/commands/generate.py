@@ -59,7 +59,10 @@ def run(args) -> int:
         result = runner.generate(prompt, **kwargs)
         if getattr(result, "reasoning", None):
             print(f"[reasoning] {result.reasoning}", file=sys.stderr)
-        print(result.text)
+        if session is not None and not result.valid:  # stdout carries only valid output (e.g. into a pipe)
+            print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
+        else:
+            print(result.text)
     common.print_stats(result, args.verbose)
     if session is not None and args.verbose:
         common.print_enforcement(session, result)
