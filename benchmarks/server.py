@@ -17,7 +17,7 @@ outputs were valid, and writes JSON (default `benchmarks/results/server_concurre
 servers stay up; each level runs `--repeats` rounds, each round on coreai then on mlx_lm, and the
 figures are the medians over rounds (side by side, so a change of load hits both alike).
 
-    python -m benchmarks.server --concurrency 1,2,4,8 [--requests 8] [--repeats 3] [--max-batch 8] [--speculative off]
+    python -m benchmarks.server --concurrency 1,2,4,8 [--requests 16] [--repeats 3] [--max-batch 8] [--speculative off]
 """
 
 from __future__ import annotations
@@ -324,7 +324,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of each level with --concurrency (medians)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--concurrency", help="e.g. 1,2,4,8: measure batching at these concurrencies")
-    parser.add_argument("--requests", type=int, default=8, help="requests per concurrency level (--concurrency)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=16,
+        help="requests per concurrency level (--concurrency); several per row in flight, or the tail (the last "
+        "requests decoding alone) dominates the figure",
+    )
     parser.add_argument("--max-batch", type=int, default=8, help="the coreai server's --max-batch (--concurrency)")
     parser.add_argument(
         "--speculative", default="prompt_lookup", help="the coreai server's --speculative (--concurrency)"
