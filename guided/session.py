@@ -157,14 +157,20 @@ class ConstrainedSession:
     # -- generation ---------------------------------------------------------------------------------
 
     def strategy(
-        self, sampling: SamplingParams | None = None, logprobs: bool = False, thinking: bool = True
+        self,
+        sampling: SamplingParams | None = None,
+        logprobs: bool = False,
+        thinking: bool = True,
+        shared_bitmask: bool = True,
     ) -> ConstrainedDecodingStrategy:
-        """A fresh `ConstrainedDecodingStrategy` for one generation, sharing this session's bitmask;
-        `thinking=False` keeps a thinking model from opening a reasoning block."""
+        """A fresh `ConstrainedDecodingStrategy` for one generation; `thinking=False` keeps a thinking
+        model from opening a reasoning block. It fills this session's bitmask, which serves one
+        generation at a time; `shared_bitmask=False` gives it buffers of its own, for generations of
+        one session that run at once (rows of one batch)."""
         return ConstrainedDecodingStrategy(
             self.compiled,
             sampling,
-            bitmask=self.bitmask,
+            bitmask=self.bitmask if shared_bitmask else None,
             jump_forward=self.jump_forward,
             want_logprobs=logprobs,
             max_draft=self.max_draft,

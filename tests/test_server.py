@@ -169,6 +169,66 @@ def test_seed_reproduces_sampling(tiny):
     assert ask(7) == ask(7) != ask(8)
 
 
+def test_n_choices(tiny):
+    """n choices decode as rows of one batch; choice i is seeded seed + i, so it equals the lone request
+    with that seed; usage counts the prompt once and every choice's tokens. Streamed, every chunk
+    names its choice and the usage comes once, at the end."""
+    c = client(tiny)
+    ask = dict(model="tiny", messages=USER, max_tokens=8, temperature=1.0)
+    r = c.chat.completions.create(n=3, seed=7, **ask)
+    alone = [c.chat.completions.create(seed=7 + i, **ask) for i in range(3)]
+    assert [x.index for x in r.choices] == [0, 1, 2]
+    assert [x.message.content for x in r.choices] == [a.choices[0].message.content for a in alone]
+    assert len({x.message.content for x in r.choices}) == 3
+    assert r.usage.prompt_tokens == alone[0].usage.prompt_tokens
+    assert r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+
+    chunks = list(c.chat.completions.create(n=3, seed=7, stream=True, stream_options={"include_usage": True}, **ask))
+    texts, finishes = ["", "", ""], {}
+    for chunk in chunks:
+        for x in chunk.choices:
+            texts[x.index] += x.delta.content or ""
+            finishes[x.index] = x.finish_reason or finishes.get(x.index)
+    assert texts == [x.message.content for x in r.choices]
+    assert finishes == {x.index: x.finish_reason for x in r.choices}
+    assert [chunk.usage.completion_tokens for chunk in chunks if chunk.usage] == [r.usage.completion_tokens]
+    assert chunks[-1].usage is not None
+
+
+def test_n_choices_each_follow_their_constraint(tiny):
+    """The choices of a constrained request share its session but fill bitmasks of their own."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["name", "n"],
+        "additionalProperties": False,
+    }
+    r = client(tiny).chat.completions.create(
+        model="tiny",
+        messages=USER,
+        max_tokens=80,
+        temperature=1.0,
+        seed=3,
+        n=4,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    )
+    assert len(r.choices) == 4
+    for choice in r.choices:
+        assert choice.finish_reason == "stop"
+        jsonschema.validate(json.loads(choice.message.content), schema)
+
+
+def test_n_choices_are_queued_all_or_none(tiny_strict):
+    """max_batch 1 and max_queue 0: n = 2 can never run at once (400, not a 429 to retry)."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    r = httpx.post(tiny_strict + "/v1/chat/completions", json=chat_body(n=2, max_tokens=2), headers=auth)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert "max_batch 1 + max_queue 0" in r.json()["error"]["message"]
+
+
 def test_logprobs(tiny):
     r = client(tiny).chat.completions.create(
         model="tiny", messages=USER, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
@@ -191,6 +251,14 @@ def test_completions_legacy(tiny):
     assert choice.logprobs.text_offset[0] == 0
     chunks = list(client(tiny).completions.create(model="tiny", prompt="Once upon a time", max_tokens=4, stream=True))
     assert chunks[-1].choices[0].finish_reason == "length"
+    two = dict(model="tiny", prompt="Once upon a time", max_tokens=4, temperature=1.0, seed=5, n=2)
+    r = client(tiny).completions.create(**two)
+    assert [c.index for c in r.choices] == [0, 1] and r.choices[0].text != r.choices[1].text
+    texts = ["", ""]
+    for chunk in client(tiny).completions.create(stream=True, **two):
+        for c in chunk.choices:
+            texts[c.index] += c.text
+    assert texts == [c.text for c in r.choices]
 
 
 @pytest.mark.parametrize(
@@ -346,7 +414,7 @@ UNENFORCEABLE = {
             "messages[0].content[0]",
             "image_url",
         ),
-        (chat_body(n=2), 400, "n", "n = 1"),
+        (chat_body(n=17), 400, "n", "less than or equal to 16"),
         (chat_body(temperature=-1), 400, "temperature", "temperature must be >= 0"),
         (chat_body(top_p=0), 400, "top_p", "top_p must be in (0, 1]"),
         (chat_body(repetition_penalty=0), 400, "repetition_penalty", "repetition_penalty must be > 0"),
@@ -833,7 +901,7 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     reply = ChatReply(req, Constraint(None, tool_mode="required"), tiny_model, "tiny")
 
     async def collect():
-        return [c async for c in reply.stream(OneShotJob())]
+        return [c async for c in reply.stream([OneShotJob()])]
 
     calls = [t for c in asyncio.run(collect()) for t in c["choices"][0]["delta"].get("tool_calls") or []]
     assert [c["index"] for c in calls] == [0, 1, 2]

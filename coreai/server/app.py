@@ -23,7 +23,7 @@ from coreai.server import schemas as s
 from coreai.server.config import ServerConfig
 from coreai.server.constraints import Constraints, enforcement_headers
 from coreai.server.engine import Engine, GenerationParams
-from coreai.server.errors import APIError, install as install_error_handlers
+from coreai.server.errors import APIError, bad_request, install as install_error_handlers
 from coreai.server.guard import Guard
 from coreai.server.prepare import Preparer, reasoning_of
 from coreai.server.queue import Job, QueueFull
@@ -103,9 +103,15 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
                 code="model_not_found",
             )
 
-    def submit(params: GenerationParams) -> Job:
+    def submit(params: GenerationParams, n: int) -> list[Job]:
+        if n > config.max_batch + config.max_queue:  # would never fit: not a 429 to retry
+            raise bad_request(
+                f"n = {n} is more than this server runs and queues at once "
+                f"(max_batch {config.max_batch} + max_queue {config.max_queue})",
+                "n",
+            )
         try:
-            return engine.submit(params)
+            return engine.submit(params, n)
         except QueueFull as exc:
             raise APIError(
                 429, str(exc), "rate_limit_error", None, "queue_full", headers={"Retry-After": str(exc.retry_after)}
@@ -114,17 +120,17 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
     async def respond(req, request: Request, response: Response, prepare, reply_class):
         check_model(req.model)
         params, constraint = await run_in_threadpool(prepare, req)
-        job = submit(params)
+        jobs = submit(params, req.n)
         reply = reply_class(req, constraint, model, name)
         reply.reasoning = reasoning_of(model, req, params.prompt_ids)
         headers = enforcement_headers(constraint.session) if constraint else {}
         if req.stream:
-            return StreamingResponse(sse(reply.stream(job)), media_type="text/event-stream", headers=headers)
+            return StreamingResponse(sse(reply.stream(jobs)), media_type="text/event-stream", headers=headers)
         response.headers.update(headers)
-        pieces, result = await collect(job, request)
-        if result is None:
+        outcomes = await collect(jobs, request)
+        if outcomes is None:
             return JSONResponse({}, status_code=499)  # the client is gone; nobody reads this
-        return reply.complete(pieces, result)
+        return reply.complete(outcomes)
 
     @app.post("/v1/chat/completions", response_model=s.ChatCompletion, responses=ERROR_RESPONSES)
     async def chat_completions(req: s.ChatCompletionRequest, request: Request, response: Response):

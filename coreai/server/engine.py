@@ -11,6 +11,7 @@ the worker thread; the event loop only sees plain Python values (`Piece`s and th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -67,6 +68,15 @@ class GenerationParams:
     speculative: str | None = None
     chat_template_kwargs: dict | None = None
 
+    def choices(self, n: int) -> list["GenerationParams"]:
+        """The generations of a request's `n` choices: choice i is seeded `seed + i` (mod 2**64), so
+        seeded choices differ from each other and repeat from request to request; they share the
+        session (each row gets its own bitmask, see `Engine.start`)."""
+        if self.sampling.seed is None:
+            return [self] * n
+        seeds = [(self.sampling.seed + i) % 2**64 for i in range(n)]
+        return [dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, seed=seed)) for seed in seeds]
+
 
 class Engine:
     """A model, its worker thread and batch, and the prefix cache.
@@ -83,9 +93,10 @@ class Engine:
         self.batch = BatchGenerator(model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache)
         self.worker = Worker(max_queue, max_batch, self)
 
-    def submit(self, params: GenerationParams) -> Job:
-        """Queue a generation; its Job yields `Piece`s then the `GenerationResult`. Raises QueueFull."""
-        return self.worker.submit(params)
+    def submit(self, params: GenerationParams, n: int = 1) -> list[Job]:
+        """Queue a request's `n` choices (`GenerationParams.choices`), all or none; each Job yields
+        `Piece`s then the `GenerationResult`. Raises QueueFull."""
+        return self.worker.submit(params.choices(n))
 
     def close(self) -> None:
         self.worker.close()
@@ -98,7 +109,10 @@ class Engine:
         there). Raises ValueError for bad parameters."""
         p: GenerationParams = job.params
         if p.session is not None:
-            strategy = p.session.strategy(p.sampling, p.logprobs, thinking_enabled(p.chat_template_kwargs))
+            # Buffers of its own: the n choices of a request share its session and run at once.
+            strategy = p.session.strategy(
+                p.sampling, p.logprobs, thinking_enabled(p.chat_template_kwargs), shared_bitmask=False
+            )
         else:
             strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs)
         self.batch.add(

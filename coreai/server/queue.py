@@ -97,17 +97,19 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name="coreai-generation", daemon=True)
         self._thread.start()
 
-    def submit(self, params: Any) -> Job:
-        """Queue a job for `params` and return it. Must be called on the event loop that will read it.
-        Raises QueueFull when `max_queue` requests already wait."""
+    def submit(self, params: list[Any]) -> list[Job]:
+        """Queue a job for each of `params` (a request's choices), all or none, and return them. Must
+        be called on the event loop that will read them. Raises QueueFull when they would not all fit
+        beside the `max_batch` running and `max_queue` waiting."""
         with self._lock:
-            if self._admitted >= self.max_batch + self.max_queue:
+            if self._admitted + len(params) > self.max_batch + self.max_queue:
                 # One job finishing frees one slot: about one mean job duration over the batch from now.
                 raise QueueFull(max(1, math.ceil(self._mean_seconds / self.max_batch)))
-            self._admitted += 1
-        job = Job(params, asyncio.get_running_loop())
-        self._jobs.put(job)
-        return job
+            self._admitted += len(params)
+        jobs = [Job(p, asyncio.get_running_loop()) for p in params]
+        for job in jobs:
+            self._jobs.put(job)
+        return jobs
 
     @property
     def busy(self) -> int:

@@ -12,6 +12,7 @@ from coreai.server import schemas as s
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job
+from coreai.server.streaming import merge
 from coreai.server.tools import ParsedCall, ToolCallParser
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningMarkers, ReasoningSplitter, split_reasoning
@@ -19,19 +20,22 @@ from runtime.reasoning import ReasoningMarkers, ReasoningSplitter, split_reasoni
 log = logging.getLogger("coreai.server")
 
 
-def usage_info(result: GenerationResult) -> s.UsageInfo:
-    """OpenAI's usage; speculative drafts are reported as OpenAI reports predicted outputs
+def usage_info(results: list[GenerationResult]) -> s.UsageInfo:
+    """OpenAI's usage of a request's choices: the prompt counted once, the completions summed;
+    speculative drafts are reported as OpenAI reports predicted outputs
     (`completion_tokens_details.accepted_prediction_tokens` / `rejected_prediction_tokens`)."""
-    u = result.usage
+    prompt = results[0].usage
+    completion = sum(r.usage.completion_tokens for r in results)
+    accepted = sum(r.accepted_tokens for r in results)
     details = s.CompletionTokensDetails(
-        accepted_prediction_tokens=result.accepted_tokens,
-        rejected_prediction_tokens=result.drafted_tokens - result.accepted_tokens,
+        accepted_prediction_tokens=accepted,
+        rejected_prediction_tokens=sum(r.drafted_tokens for r in results) - accepted,
     )
     return s.UsageInfo(
-        prompt_tokens=u.prompt_tokens,
-        completion_tokens=u.completion_tokens,
-        total_tokens=u.total_tokens,
-        prompt_tokens_details=s.PromptTokensDetails(cached_tokens=u.cached_tokens),
+        prompt_tokens=prompt.prompt_tokens,
+        completion_tokens=completion,
+        total_tokens=prompt.prompt_tokens + completion,
+        prompt_tokens_details=s.PromptTokensDetails(cached_tokens=prompt.cached_tokens),
         completion_tokens_details=details,
     )
 
@@ -53,13 +57,38 @@ def openai_finish_reason(result: GenerationResult, calls: list[ParsedCall]) -> s
 
 
 class _Reply:
-    """Shared state of one response: ids, the tokenizer (for logprob token strings)."""
+    """Shared state of one response: ids, the tokenizer (for logprob token strings). A request's `n`
+    choices are jobs of their own; their chunks go out as they come, each with its choice's index."""
+
+    chunk_object = ""  # the `object` of a streamed chunk
 
     def __init__(self, req, constraint: Constraint | None, model: Model, name: str, prefix: str):
         self.req, self.constraint, self.model, self.name = req, constraint, model, name
         self.reasoning: tuple[ReasoningMarkers, bool] | None = None  # set by the route (see `_reasoning`)
         self.id = prefix + uuid.uuid4().hex
         self.created = int(time.time())
+
+    def frame(self, choices: list[dict]) -> dict:
+        """A streamed chunk carrying `choices`."""
+        return dict(id=self.id, object=self.chunk_object, created=self.created, model=self.name, choices=choices)
+
+    async def stream(self, jobs: list[Job]) -> AsyncIterator[dict]:
+        """The chunks of every choice as they come, then, with `stream_options.include_usage`, a last
+        chunk with the usage of all choices (OpenAI: `usage` is null on every other chunk). Cancels
+        the jobs when the client goes away (the generator is closed)."""
+        results: list[GenerationResult | None] = [None] * len(jobs)
+        async for chunk in merge([self.stream_choice(job, i, results) for i, job in enumerate(jobs)]):
+            yield chunk
+        if self.include_usage and None not in results:
+            yield {**self.frame([]), "usage": usage_info(results).model_dump()}
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.req.stream_options and self.req.stream_options.include_usage)
+
+    def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
+        """The chunks of choice `index`; stores its `GenerationResult` in `results[index]`."""
+        raise NotImplementedError
 
     def token(self, token_id: int) -> tuple[str, list[int]]:
         text = self.model.tokenizer.decode([token_id], skip_special_tokens=False)
@@ -71,7 +100,9 @@ class _Reply:
 
 
 class ChatReply(_Reply):
-    """Builds a chat completion (or its chunks) from a job's pieces."""
+    """Builds a chat completion (or its chunks) from its choices' pieces."""
+
+    chunk_object = "chat.completion.chunk"
 
     def __init__(self, req: s.ChatCompletionRequest, constraint, model, name):
         super().__init__(req, constraint, model, name, "chatcmpl-")
@@ -84,7 +115,13 @@ class ChatReply(_Reply):
             content.append(s.TokenLogprob(**main.model_dump(), top_logprobs=[self.entry(i, v) for i, v in e.top]))
         return s.ChoiceLogprobs(content=content)
 
-    def complete(self, pieces: list[Piece], result: GenerationResult) -> s.ChatCompletion:
+    def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> s.ChatCompletion:
+        """The completion of every choice: `outcomes` is each choice's pieces and result, in order."""
+        choices = [self.choice(i, pieces, result) for i, (pieces, result) in enumerate(outcomes)]
+        usage = usage_info([result for _, result in outcomes])
+        return s.ChatCompletion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
+
+    def choice(self, index: int, pieces: list[Piece], result: GenerationResult) -> s.ChatChoice:
         text = "".join(p.text for p in pieces)
         reasoning = None
         if self.reasoning is not None:
@@ -107,85 +144,72 @@ class ChatReply(_Reply):
         logprobs = None
         if self.req.logprobs:
             logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])])
-        choice = s.ChatChoice(message=message, logprobs=logprobs, finish_reason=finish)
-        return s.ChatCompletion(
-            id=self.id, created=self.created, model=self.name, choices=[choice], usage=usage_info(result)
-        )
+        return s.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)
 
-    def chunk(self, delta: s.ChunkDelta, finish: str | None = None, logprobs: s.ChoiceLogprobs | None = None) -> dict:
-        """A `chat.completion.chunk`; the delta carries only the fields it sets, as OpenAI's do."""
+    def frame(self, choices: list[dict]) -> dict:
+        return {**super().frame(choices), "system_fingerprint": None}
+
+    def chunk(
+        self, index: int, delta: s.ChunkDelta, finish: str | None = None, logprobs: s.ChoiceLogprobs | None = None
+    ) -> dict:
+        """A `chat.completion.chunk` of choice `index`; the delta carries only the fields it sets, as
+        OpenAI's do."""
         choice = {
-            "index": 0,
+            "index": index,
             "delta": delta.model_dump(exclude_none=True),
             "logprobs": logprobs.model_dump() if logprobs else None,
             "finish_reason": finish,
         }
-        chunk = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.name,
-            "system_fingerprint": None,
-            "choices": [choice],
-        }
-        if self.req.stream_options and self.req.stream_options.include_usage:
+        chunk = self.frame([choice])
+        if self.include_usage:
             chunk["usage"] = None  # OpenAI: null on every chunk but the last
         return chunk
 
-    async def stream(self, job: Job) -> AsyncIterator[dict]:
-        """Chunks: the role, content / tool-call deltas (a call is sent whole once its block closes),
-        the finish_reason, then usage if `stream_options.include_usage`. Cancels the job when the
-        client goes away (the generator is closed)."""
+    async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
+        """Chunks of one choice: the role, content / tool-call deltas (a call is sent whole once its
+        block closes), the finish_reason."""
         parser = ToolCallParser() if self.tools else None
         splitter = ReasoningSplitter(*self.reasoning) if self.reasoning else None
         content: list[str] = []
         pending_logprobs: list[TokenLogprob] = []
         result = None
         try:
-            yield self.chunk(s.ChunkDelta(role="assistant", content=""))
+            yield self.chunk(index, s.ChunkDelta(role="assistant", content=""))
             while (item := await job.get()) is not Job.END:
                 if isinstance(item, GenerationResult):
-                    result = item
+                    result = results[index] = item
                     continue
                 pending_logprobs += item.logprobs or []
                 text = item.text
                 if splitter is not None:
                     reasoning, text = splitter.feed(text)
                     if reasoning:
-                        yield self.chunk(s.ChunkDelta(reasoning_content=reasoning))
+                        yield self.chunk(index, s.ChunkDelta(reasoning_content=reasoning))
                 out = parser.feed(text) if parser else ([text] if text else [])
                 for x in out:
-                    yield self._delta(x, parser, content, pending_logprobs)
+                    yield self._delta(index, x, parser, content, pending_logprobs)
                     pending_logprobs = []
             if splitter is not None:
                 reasoning, text = splitter.finish()
                 if reasoning:
-                    yield self.chunk(s.ChunkDelta(reasoning_content=reasoning))
+                    yield self.chunk(index, s.ChunkDelta(reasoning_content=reasoning))
                 for x in parser.feed(text) if parser else ([text] if text else []):
-                    yield self._delta(x, parser, content, pending_logprobs)
+                    yield self._delta(index, x, parser, content, pending_logprobs)
                     pending_logprobs = []
             for x in parser.finish() if parser else []:
-                yield self._delta(x, parser, content, pending_logprobs)
+                yield self._delta(index, x, parser, content, pending_logprobs)
                 pending_logprobs = []
             if result is None:
                 return
             finish = openai_finish_reason(result, parser.calls if parser else [])
             logprobs = self.logprobs(pending_logprobs) if pending_logprobs else None
-            yield self.chunk(s.ChunkDelta(), finish, logprobs)
-            if self.req.stream_options and self.req.stream_options.include_usage:
-                yield {
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.name,
-                    "system_fingerprint": None,
-                    "choices": [],
-                    "usage": usage_info(result).model_dump(),
-                }
+            yield self.chunk(index, s.ChunkDelta(), finish, logprobs)
         finally:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
-    def _delta(self, x, parser: ToolCallParser | None, content: list[str], logprobs: list[TokenLogprob]) -> dict:
+    def _delta(
+        self, index: int, x, parser: ToolCallParser | None, content: list[str], logprobs: list[TokenLogprob]
+    ) -> dict:
         lp = self.logprobs(logprobs) if logprobs and self.req.logprobs else None
         if isinstance(x, ParsedCall):
             call = s.ChunkToolCall(
@@ -194,13 +218,15 @@ class ChatReply(_Reply):
                 type="function",
                 function=s.ChunkFunctionCall(name=x.name, arguments=x.arguments),
             )
-            return self.chunk(s.ChunkDelta(tool_calls=[call]), None, lp)
+            return self.chunk(index, s.ChunkDelta(tool_calls=[call]), None, lp)
         content.append(x)
-        return self.chunk(s.ChunkDelta(content=x), None, lp)
+        return self.chunk(index, s.ChunkDelta(content=x), None, lp)
 
 
 class CompletionReply(_Reply):
     """Builds a legacy text completion (or its chunks)."""
+
+    chunk_object = "text_completion"
 
     def __init__(self, req: s.CompletionRequest, constraint, model, name):
         super().__init__(req, constraint, model, name, "cmpl-")
@@ -218,45 +244,34 @@ class CompletionReply(_Reply):
             tokens=tokens, token_logprobs=values, top_logprobs=tops if self.req.logprobs else None, text_offset=offsets
         )
 
-    def complete(self, pieces: list[Piece], result: GenerationResult) -> s.Completion:
-        text = "".join(p.text for p in pieces)
-        logprobs = None
-        if self.req.logprobs is not None:
-            logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
-        choice = s.CompletionChoice(text=text, logprobs=logprobs, finish_reason=openai_finish_reason(result, []))
-        return s.Completion(
-            id=self.id, created=self.created, model=self.name, choices=[choice], usage=usage_info(result)
-        )
+    def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> s.Completion:
+        """The completion of every choice: `outcomes` is each choice's pieces and result, in order."""
+        choices = []
+        for i, (pieces, result) in enumerate(outcomes):
+            logprobs = None
+            if self.req.logprobs is not None:
+                logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
+            text, finish = "".join(p.text for p in pieces), openai_finish_reason(result, [])
+            choices.append(s.CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=finish))
+        usage = usage_info([result for _, result in outcomes])
+        return s.Completion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
 
-    def chunk(self, text: str, finish: str | None, logprobs: s.CompletionLogprobs | None = None) -> dict:
-        choice = s.CompletionChoice(text=text, logprobs=logprobs, finish_reason=finish)
+    def chunk(self, index: int, text: str, finish: str | None, logprobs: s.CompletionLogprobs | None = None) -> dict:
+        choice = s.CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)
         return s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice]).model_dump()
 
-    async def stream(self, job: Job) -> AsyncIterator[dict]:
-        text: list[str] = []
+    async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
+        """Chunks of one choice: its text as it comes, then the finish_reason."""
         offset = 0
-        result = None
         try:
             while (item := await job.get()) is not Job.END:
                 if isinstance(item, GenerationResult):
-                    result = item
+                    results[index] = item
                     continue
                 logprobs = self.logprobs(item.logprobs or [], offset) if self.req.logprobs is not None else None
                 offset += len(item.text)
-                text.append(item.text)
-                yield self.chunk(item.text, None, logprobs)
-            if result is None:
-                return
-            yield self.chunk("", openai_finish_reason(result, []))
-            if self.req.stream_options and self.req.stream_options.include_usage:
-                usage = usage_info(result).model_dump()
-                yield {
-                    "id": self.id,
-                    "object": "text_completion",
-                    "created": self.created,
-                    "model": self.name,
-                    "choices": [],
-                    "usage": usage,
-                }
+                yield self.chunk(index, item.text, None, logprobs)
+            if results[index] is not None:
+                yield self.chunk(index, "", openai_finish_reason(results[index], []))
         finally:
             job.cancel.set()

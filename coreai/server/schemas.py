@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue
 
 
 class Request(BaseModel):
@@ -157,17 +158,10 @@ class SamplingFields(Request):
     logit_bias: dict[int, float] | None = None  # token id (a JSON object key) -> bias in [-100, 100]
     seed: int | None = None
     stop: str | list[str] | None = Field(default=None, max_length=4)
-    n: int = 1
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, decoded as rows of one batch
     stream: bool = False
     stream_options: StreamOptions | None = None
     structured_outputs: StructuredOutputs | None = None
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n):
-        if n != 1:
-            raise ValueError("only n = 1 (one choice per request) is supported")
-        return n
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self):

@@ -20,9 +20,19 @@ log = logging.getLogger("coreai.server")
 DISCONNECT_POLL = 0.5  # seconds between checks that a non-streaming client is still there
 
 
-async def collect(job: Job, request: Request) -> tuple[list[Piece], GenerationResult | None]:
-    """All pieces and the result of a non-streaming job. Checks for a client disconnect twice a
-    second, also while pieces keep arriving (then cancels the job and returns result None)."""
+async def collect(jobs: list[Job], request: Request) -> list[tuple[list[Piece], GenerationResult]] | None:
+    """Each job's pieces and result (non-streaming; a request's `n` choices are jobs of their own).
+    Checks for a client disconnect twice a second, also while pieces keep arriving; then cancels
+    every job and returns None."""
+    outcomes = await asyncio.gather(*(_collect(job, request) for job in jobs))
+    if any(result is None for _, result in outcomes):
+        for job in jobs:
+            job.cancel.set()
+        return None
+    return outcomes
+
+
+async def _collect(job: Job, request: Request) -> tuple[list[Piece], GenerationResult | None]:
     pieces: list[Piece] = []
     result = None
     next_check = time.monotonic() + DISCONNECT_POLL
@@ -42,6 +52,41 @@ async def collect(job: Job, request: Request) -> tuple[list[Piece], GenerationRe
             result = item
         elif item is not None:
             pieces.append(item)
+
+
+async def merge(streams: list[AsyncIterator[dict]]) -> AsyncIterator[dict]:
+    """The items of several async iterators, in the order they come. An error in one is raised here
+    after the others end; closing this closes them all."""
+    if len(streams) == 1:  # one choice: no task in between
+        async for item in streams[0]:
+            yield item
+        return
+    items: asyncio.Queue = asyncio.Queue()
+    ended = object()
+
+    async def pump(stream):
+        try:
+            async for item in stream:
+                await items.put(item)
+        finally:
+            await stream.aclose()
+            items.put_nowait(ended)
+
+    tasks = [asyncio.create_task(pump(stream)) for stream in streams]
+    try:
+        running = len(tasks)
+        while running:
+            item = await items.get()
+            if item is ended:
+                running -= 1
+            else:
+                yield item
+        for task in tasks:
+            task.result()  # an error of a choice's stream
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def sse(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
