@@ -231,11 +231,14 @@ class ConstrainedSession:
         elif not complete:
             errors.append(f"incomplete: generation ended ({result.finish_reason}) before the grammar was complete")
         value = None
-        if complete and self.spec.kind in JSON_KINDS:
-            value, json_errors = check_json(result.text, self.spec.schema)
-            errors += json_errors
-        if complete and self.check is not None:
-            errors += self.check(result.text)
+        try:
+            if complete and self.spec.kind in JSON_KINDS:
+                value, json_errors = check_json(result.text, self.spec.schema)
+                errors += json_errors
+            if complete and self.check is not None:
+                errors += self.check(result.text)
+        except Exception as exc:  # noqa: BLE001 - an output that cannot be checked is not valid
+            errors.append(f"the final check failed: {type(exc).__name__}: {exc}")
         fields = vars(result)
         if result.finish_reason == "stop" and errors:
             fields = dict(fields, finish_reason="error", error="; ".join(errors))

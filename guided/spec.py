@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,7 @@ import jsonschema_rs
 from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
-from guided.errors import GrammarError, SchemaError
+from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 
 JSON_KINDS = ("json_schema", "json_object")
 
@@ -377,6 +378,26 @@ def lark_text(grammar: str) -> str:
         raise GrammarError(f"invalid GBNF grammar: {exc}") from None
 
 
+def check_property_patterns(schema) -> None:
+    """Refuse a `patternProperties` name Python's `re` cannot read (ECMA 262's `\\p{L}` or
+    `(?<name>...)`): jsonschema, the final check, matches property names with `re` (also for
+    `additionalProperties`), so the output could not be checked. `pattern` values are checked with
+    the `regex` module instead (`guided.validation`). Raises UnsupportedSchemaFeature (keyword, pointer)."""
+    for path, sub in subschemas(schema):
+        names = sub.get("patternProperties") if isinstance(sub, dict) else None
+        for name in names if isinstance(names, dict) else ():
+            try:
+                re.compile(name)
+            except re.error as exc:
+                where = pointer(path + ("patternProperties", name))
+                raise UnsupportedSchemaFeature(
+                    f"cannot check patternProperties at {where}: Python's re, which the final check matches "
+                    f"property names with, cannot read {name!r} ({exc})",
+                    "patternProperties",
+                    where,
+                ) from None
+
+
 @functools.lru_cache(maxsize=256)
 def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient: bool) -> GrammarSpec:
     """The `GrammarSpec` of a schema given as canonical JSON text, memoized: the metaschema check and
@@ -385,6 +406,7 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     The schema is parsed from `text`, so no caller's dict is shared."""
     schema = json.loads(text)
     check_metaschema(schema)
+    check_property_patterns(schema)
     if schema is False:
         raise SchemaError("the schema `false` accepts no value")
     compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema

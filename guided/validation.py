@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import idna
+import regex
 
 from guided.spec import pointer
 
@@ -74,10 +75,32 @@ def check_json(text: str, schema) -> tuple[Any, list[str]]:
 
 
 def validator_class(schema) -> type:
-    """The `jsonschema` validator class of `schema`'s draft (2020-12 when it names none)."""
+    """The `jsonschema` validator class of `schema`'s draft (2020-12 when it names none), reading
+    `pattern` as ECMA 262 does (`_pattern`)."""
     import jsonschema
 
-    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return _ecma_patterns(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
+
+
+@functools.lru_cache(maxsize=None)
+def _ecma_patterns(cls) -> type:
+    import jsonschema
+
+    return jsonschema.validators.extend(cls, {"pattern": _pattern})
+
+
+@functools.lru_cache(maxsize=1024)
+def _regex(pattern: str) -> "regex.Pattern":
+    return regex.compile(pattern)
+
+
+def _pattern(validator, pattern, instance, schema):
+    """jsonschema's `pattern` keyword with the `regex` module, which reads the ECMA 262 syntax that
+    Python's `re` refuses (`\\p{L}`, `(?<name>...)`) and the grammar engine enforces."""
+    import jsonschema
+
+    if validator.is_type(instance, "string") and not _regex(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def validator_for(schema) -> "jsonschema.protocols.Validator":

@@ -514,6 +514,17 @@ def test_unsupported_keyword_has_keyword_and_pointer(info, schema, keyword, poin
     assert (err.value.keyword, err.value.pointer) == (keyword, pointer), str(err.value)
 
 
+def test_ecma_patterns_are_checked():
+    """The final check reads `pattern` as ECMA 262 does (`\\p{L}`, `(?<name>...)`, which Python's `re`
+    refuses); a `patternProperties` name it cannot read is refused at compile time, with its pointer."""
+    schema = {"type": "string", "pattern": r"^(?<w>\p{L}+)$"}
+    assert check_json('"héllo"', schema)[1] == []
+    assert check_json('"h3llo"', schema)[1]
+    with pytest.raises(UnsupportedSchemaFeature) as err:
+        make_spec(schema={"type": "object", "patternProperties": {r"^\p{L}+$": {"type": "integer"}}})
+    assert (err.value.keyword, err.value.pointer) == ("patternProperties", r"/patternProperties/^\p{L}+$")
+
+
 @pytest.mark.parametrize(
     "schema,keyword,pointer",
     [

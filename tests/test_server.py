@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import jsonschema
 import openai
 import pydantic
 import pytest
+import regex
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
@@ -227,6 +229,52 @@ def test_n_choices_are_queued_all_or_none(tiny_strict):
     r = httpx.post(tiny_strict + "/v1/chat/completions", json=chat_body(n=2, max_tokens=2), headers=auth)
     assert r.status_code == 400 and r.json()["error"]["param"] == "n"
     assert "max_batch 1 + max_queue 0" in r.json()["error"]["message"]
+
+
+def test_ecma_pattern_beside_other_requests(tiny):
+    """A `pattern` in ECMA 262 syntax that Python's `re` cannot read (`\\p{L}`, `(?<name>...)`) is
+    enforced and checked, and the requests running beside it are untouched (the final check once
+    raised on the worker thread and failed the whole batch)."""
+    pattern = r"^(?<word>\p{L}{1,8})$"
+    schema = {"type": "object", "properties": {"w": {"type": "string", "pattern": pattern}}, "required": ["w"]}
+    bodies = [chat_body(max_tokens=8, temperature=1.0, seed=i) for i in range(3)]
+    bodies.insert(
+        1,
+        chat_body(
+            max_tokens=40, response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}
+        ),
+    )
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda b: httpx.post(tiny + "/v1/chat/completions", json=b, timeout=120), bodies))
+    assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies]
+    choice = replies[1].json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert regex.fullmatch(r"\p{L}{1,8}", json.loads(choice["message"]["content"])["w"])
+    assert client(tiny).chat.completions.create(model="tiny", messages=USER, max_tokens=2).choices[0].message
+
+
+def test_a_failure_delivering_one_row_ends_that_row_only(tiny, tiny_model, monkeypatch):
+    """An unexpected error while delivering one request's step (here: its logprobs) is that request's
+    500; the requests beside it get their answers and the worker goes on."""
+    from coreai.server import engine
+
+    real = engine._token_logprobs
+
+    def failing(token_ids, rows, k):
+        if k == 3:
+            raise RuntimeError("boom")
+        return real(token_ids, rows, k)
+
+    monkeypatch.setattr(engine, "_token_logprobs", failing)
+    prompts = [f"Count to {i}." for i in range(3)]
+    expected = [tiny_model.generate([{"role": "user", "content": p}], max_tokens=8).text for p in prompts]
+    bodies = [chat_body(messages=[{"role": "user", "content": p}], max_tokens=8) for p in prompts]
+    bodies.insert(1, chat_body(max_tokens=30, logprobs=True, top_logprobs=3))
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda b: httpx.post(tiny + "/v1/chat/completions", json=b, timeout=120), bodies))
+    assert [r.status_code for r in replies] == [200, 500, 200, 200]
+    assert [r.json()["choices"][0]["message"]["content"] for r in replies if r.status_code == 200] == expected
+    assert client(tiny).chat.completions.create(model="tiny", messages=USER, max_tokens=2).choices[0].message
 
 
 def test_logprobs(tiny):

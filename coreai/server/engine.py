@@ -91,6 +91,7 @@ class Engine:
         # Bounded by bytes only: the entry count is not what runs out.
         cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes) if prompt_cache_bytes > 0 else None
         self.batch = BatchGenerator(model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache)
+        self._failed: set[Job] = set()  # jobs whose delivery failed, until their row leaves
         self.worker = Worker(max_queue, max_batch, self)
 
     def submit(self, params: GenerationParams, n: int = 1) -> list[Job]:
@@ -127,35 +128,49 @@ class Engine:
 
     def step(self) -> list[Job]:
         """One batch step: deliver each row's `Piece` and, when it ends, its result. Returns the jobs
-        that ended."""
+        that ended. An error delivering one row (a bug) is that job's error only: the job gets the
+        exception, its row is cancelled (it leaves the batch at its next step) and the others go on."""
         ended = []
         for row, delta in self.batch.step():
-            job, p = row.tag, row.tag.params
-            logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
-            if delta.text or logprobs:
-                job.put(Piece(delta.text, logprobs))
-            if delta.result is None:
-                continue
-            r = delta.result
-            if p.session is not None:
-                r = p.session.verdict(r, row.strategy)
-            log.info(
-                "prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
-                "%d of %d draft tokens accepted, finish %s%s",
-                r.usage.prompt_tokens,
-                r.usage.cached_tokens,
-                r.timings.ttft,
-                r.usage.completion_tokens,
-                r.timings.decode_tps,
-                r.forward_passes,
-                r.accepted_tokens,
-                r.drafted_tokens,
-                r.finish_reason,
-                f" ({r.error})" if r.error else "",
-            )
-            job.put(r)
-            ended.append(job)
+            job = row.tag
+            try:
+                if job not in self._failed:
+                    self._deliver(row, delta)
+            except Exception as exc:  # noqa: BLE001 - logged with its traceback, delivered to the request
+                log.exception("internal error delivering a generation")
+                job.put(exc)
+                job.cancel.set()
+                self._failed.add(job)
+            if delta.result is not None:
+                self._failed.discard(job)
+                ended.append(job)
         return ended
+
+    def _deliver(self, row, delta) -> None:
+        job, p = row.tag, row.tag.params
+        logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
+        if delta.text or logprobs:
+            job.put(Piece(delta.text, logprobs))
+        if delta.result is None:
+            return
+        r = delta.result
+        if p.session is not None:
+            r = p.session.verdict(r, row.strategy)
+        log.info(
+            "prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
+            "%d of %d draft tokens accepted, finish %s%s",
+            r.usage.prompt_tokens,
+            r.usage.cached_tokens,
+            r.timings.ttft,
+            r.usage.completion_tokens,
+            r.timings.decode_tps,
+            r.forward_passes,
+            r.accepted_tokens,
+            r.drafted_tokens,
+            r.finish_reason,
+            f" ({r.error})" if r.error else "",
+        )
+        job.put(r)
 
 
 def _token_logprobs(token_ids: list[int], rows: list[mx.array | None], k: int) -> list[TokenLogprob]:
