@@ -11,17 +11,18 @@ Order of operations per position:
 4. the filters of mlx-lm's sampler chain (`mlx_lm.sample_utils`): top-p, then min-p, then top-k, then a
    categorical draw at `temperature`; temperature 0 is greedy argmax (and ignores the filters).
 
-Randomness is per generation: each strategy draws from its own `mx.random.key` (the request's `seed`,
-else fresh entropy) split once per draw, never from MLX's process-wide state, so a seeded request
-gives the same output whatever ran before or beside it.
+Randomness is per generation and per position: the token at position t (in prompt + output) is drawn
+with `mx.random.key` of the generation's seed (the request's `seed`, else fresh entropy) and t, never
+from MLX's process-wide state. So a seeded request gives the same output whatever ran before or beside
+it, and however many tokens a step drew (drafts).
 
-Speculative verification (Leviathan et al. 2023, arXiv:2211.17192; Chen et al. 2023,
-arXiv:2302.01318) with a deterministic proposal (prompt lookup, or a draft model decoding greedily):
-draft token d at a position is accepted with probability p(d) under the target's processed, masked,
-filtered distribution p; on rejection the token is drawn from p with d removed (the residual
-max(0, p - onehot(d)), renormalized), so every emitted token is distributed exactly as without
-speculation. At temperature 0 a draft token is accepted iff it is the argmax, so the output is
-token-for-token the non-speculative one.
+Speculative verification with a deterministic proposal (prompt lookup, or a draft model decoding
+greedily): every position of the step draws its token from the target's processed, masked, filtered
+distribution p with its own key, and draft token d is accepted iff it is the token drawn there. Every
+emitted token is the one decoding without speculation draws, at any temperature; d is accepted with
+probability p(d), as under the rejection rule of speculative sampling (Leviathan et al. 2023,
+arXiv:2211.17192; Chen et al. 2023, arXiv:2302.01318), which gives the same distribution but not the
+same tokens per seed. At temperature 0 the draw is the argmax.
 """
 
 from __future__ import annotations
@@ -102,17 +103,19 @@ class TokenSampler:
             self.filters.append(lambda x: apply_min_p(x, params.min_p))
         if params.top_k > 0:
             self.filters.append(lambda x: apply_top_k(x, params.top_k))
-        self.key = mx.random.key(params.seed if params.seed is not None else secrets.randbits(64))
+        self.seed = params.seed if params.seed is not None else secrets.randbits(64)
 
-    def _key(self) -> mx.array:
-        self.key, key = mx.random.split(self.key)
-        return key
+    def _key(self, position: int) -> mx.array:
+        """The key of the draw at `position`: the position is spread by SplitMix64's increment (the
+        golden ratio, Steele et al. 2014) and mixed by MLX's Threefry generator."""
+        return mx.random.key((self.seed + position * 0x9E3779B97F4A7C15) % 2**64)
 
-    def verify(self, logprobs: mx.array, draft: list[int]) -> tuple[int, int]:
+    def verify(self, logprobs: mx.array, draft: list[int], position: int) -> tuple[int, int]:
         """Accept a prefix of `draft` and draw the token after it (see the module docstring).
 
         logprobs: mx.array [len(draft) + 1, vocab] float32; row j is the distribution after the
-            first j draft tokens. Returns (accepted draft tokens, the next token id).
+            first j draft tokens. position: the position (in prompt + output) of row 0's token.
+        Returns (accepted draft tokens, the next token id).
         """
         k = len(draft)
         if self.temperature == 0:
@@ -125,16 +128,12 @@ class TokenSampler:
         for f in self.filters:
             scores = f(scores)
         scores = scores * (1.0 / self.temperature)
+        drawn = mx.stack([mx.random.categorical(scores[j], key=self._key(position + j)) for j in range(k + 1)])
+        drawn = drawn.tolist()
         i = 0
-        if k:
-            p = mx.exp(scores[mx.arange(k), mx.array(draft)] - mx.logsumexp(scores[:k], axis=-1))
-            accept = (mx.random.uniform(shape=(k,), key=self._key()) < p).tolist()
-            while i < k and accept[i]:
-                i += 1
-        row = scores[i]
-        if i < k:  # the residual distribution: p without the rejected token
-            row = mx.where(mx.arange(row.shape[-1]) == draft[i], -float("inf"), row)
-        return i, int(mx.random.categorical(row, key=self._key()).item())
+        while i < k and drawn[i] == draft[i]:
+            i += 1
+        return i, drawn[i]
 
 
 class TokenHistory:
@@ -201,7 +200,7 @@ class SamplingStrategy:
         # the log-softmax over the whole vocabulary (a full pass per row per step) is skipped.
         normalize = self.want_logprobs or self.sampler.temperature > 0
         logprobs = self.logprobs(logits, fed, normalize)
-        n, token = self.sampler.verify(logprobs, fed)
+        n, token = self.sampler.verify(logprobs, fed, len(self.context))
         if fed:  # grow the draft while every token is accepted, cut it back to what was
             self.draft_len = min(self.max_draft, self.draft_len * 2) if n == len(fed) else max(1, n + 1)
         step = self.advance(fed[:n], token)

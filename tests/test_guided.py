@@ -402,7 +402,7 @@ def test_strategy_eos_only_at_end(info, toy):
 def test_strategy_rejection_is_an_error(info, toy):
     compiled = compile_grammar(make_spec(regex="ab"), info)
     strategy = ConstrainedDecodingStrategy(compiled)
-    strategy.sampler.verify = lambda logprobs, draft: (0, toy.convert_tokens_to_ids("b"))  # a broken sampler
+    strategy.sampler.verify = lambda logprobs, draft, position: (0, toy.convert_tokens_to_ids("b"))  # a broken sampler
     strategy.begin([0])
     step = strategy.step(mx.zeros((1, VOCAB)))
     assert step.finish == "error" and step.tokens == [] and "grammar engine" in step.message

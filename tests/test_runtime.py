@@ -68,7 +68,7 @@ def test_top_k_and_min_p_restrict_the_candidates():
         (SamplingParams(temperature=5.0, top_p=0.8), {0, 1}),  # p0 = 0.64, p0 + p1 = 0.88
     ):
         sampler = TokenSampler(params)
-        drawn = {sampler.verify(logprobs, [])[1] for _ in range(200)}
+        drawn = {sampler.verify(logprobs, [], position=i)[1] for i in range(200)}
         assert drawn == allowed, params
 
 
