@@ -108,6 +108,7 @@ class BatchGenerator:
         self.active: list[Row] = []  # decoding, in the order of the batch cache's rows
         self.waiting: list[Row] = []  # prefilling (the first one) or waiting for a free row
         self.cache: list | None = None  # one BatchKVCache (or batched rotating cache) per layer
+        self._short_next = True  # short prompts go first, then turns alternate while both wait
         # A row's KV can be trimmed (rejected drafts, rollback) only in plain KV caches: a rotating
         # (sliding-window) one may have overwritten what a trim would uncover.
         self.trimmable = all(type(c) is KVCache for c in make_prompt_cache(network))
@@ -232,21 +233,26 @@ class BatchGenerator:
         prompt token is left (that token is fed with the batch). Rows whose remaining prompts fit one
         chunk prefill together in ONE pass (as mlx-lm's `BatchGenerator` prefills a batch of prompts),
         up to the free rows and `2 * prefill_step_size` padded positions, so several requests arriving
-        together pause the running rows once, not once each; a longer prompt prefills alone, one chunk
-        per step."""
+        together pause the running rows once, not once each. A longer prompt prefills alone, one chunk
+        per step; while one does, steps alternate between its chunks and the short prompts, so a short
+        request does not wait for a long prompt's whole prefill, nor a long one forever."""
         for row in [r for r in self.waiting if r.seq.cancelled]:
             self.waiting.remove(row)
             out.append((row, row.seq.end("cancelled")))
         room = self.max_batch - len(self.active)
         if not self.waiting or room < 1:
             return
-        if len(self.waiting[0].pending) - 1 > self.prefill_step_size:
-            self._prefill_alone(self.waiting[0])
+        short = [r for r in self.waiting if len(r.pending) - 1 <= self.prefill_step_size]
+        long = [r for r in self.waiting if r not in short]
+        long_turn = bool(long) and (not short or not self._short_next)
+        self._short_next = long_turn or not long
+        if long_turn:
+            self._prefill_alone(long[0])
             return
         group: list[Row] = []
-        for row in self.waiting[:room]:
+        for row in short[:room]:
             width = max(len(r.pending) - 1 for r in group + [row])
-            if group and (width > self.prefill_step_size or (len(group) + 1) * width > 2 * self.prefill_step_size):
+            if group and (len(group) + 1) * width > 2 * self.prefill_step_size:
                 break
             group.append(row)
         self._join(group, self._prefill_together(group))

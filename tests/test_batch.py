@@ -141,13 +141,13 @@ def run_together(batch: BatchGenerator, reqs) -> dict:
 def test_rows_arriving_together_prefill_in_one_pass(qwen_model):
     """On the real model, whose output would show a padding or offset fault: prompts of different
     lengths, one starting from a cached prefix (so the merged KV caches start at different lengths),
-    prefill together and join in the first step; a prompt longer than a chunk prefills alone, chunk
-    by chunk, and joins later. Every output equals its single generation."""
+    prefill together and join in the first step, though a longer prompt came first; that one
+    prefills alone, chunk by chunk, and joins later. Every output equals its single generation."""
     free = lambda: SamplingStrategy(SamplingParams())  # noqa: E731
     cached = qwen_model.prompt_ids("The capital of France is", chat_template=False)
     texts = ["The capital of France is Paris, and the capital of Spain is", "One, two,", "List three colours:"]
     prompts = [qwen_model.prompt_ids(t, chat_template=False) for t in texts]
-    prompts.append(qwen_model.prompt_ids("alpha beta gamma delta " * 12, chat_template=False))
+    prompts.insert(0, qwen_model.prompt_ids("alpha beta gamma delta " * 12, chat_template=False))
     reqs = [(ids, free, dict(max_tokens=6)) for ids in prompts]
     single = [qwen_model.generate(ids, strategy=make(), **options) for ids, make, options in reqs]
 
@@ -157,12 +157,12 @@ def test_rows_arriving_together_prefill_in_one_pass(qwen_model):
     )
     run_together(batch, [(cached, free, dict(max_tokens=2))])
     rows = [batch.add(ids, make(), tag=i, **options) for i, (ids, make, options) in enumerate(reqs)]
-    assert rows[0].seq.reused > 0 and len(prompts[3]) - 1 > 16
+    assert rows[1].seq.reused > 0 and len(prompts[0]) - 1 > 16
     results = {}
     for step in range(1, 200):
         results.update((row.tag, d.result) for row, d in batch.step() if d.result is not None)
         if step == 1:
-            assert batch.active == rows[:3] and batch.waiting == rows[3:]
+            assert batch.active == rows[1:] and batch.waiting == rows[:1]
         if not len(batch):
             break
     for i, r in enumerate(single):
