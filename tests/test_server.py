@@ -538,6 +538,46 @@ def test_dropped_non_streaming_request_frees_the_worker(tiny_strict):
     assert r.status_code == 200
 
 
+def test_waiting_requests_that_leave_free_their_places(tiny_model):
+    """A request whose client leaves while it waits in the queue gives its place up at once, not when
+    a batch row frees: a closed stream, then a non-streaming client that timed out (max_batch 1,
+    max_queue 1, the first request running throughout)."""
+
+    def until_admitted(send, who):  # the server notices a client leaving within about half a second
+        deadline = time.monotonic() + 5
+        while (outcome := send()) == 429:
+            assert time.monotonic() < deadline, f"{who} kept its place in the queue"
+            time.sleep(0.1)
+        return outcome
+
+    def post_then_give_up():
+        try:
+            return httpx.post(url, json=chat_body(max_tokens=2), timeout=1.0).status_code
+        except httpx.TimeoutException:
+            return "gave up"
+
+    def stream_while_first_runs():
+        with httpx.stream("POST", url, json=chat_body(max_tokens=2, stream=True), timeout=60) as r:
+            if r.status_code == 200:  # one running (the first: no row freed), this one waiting
+                assert httpx.get(base + "/health").json()["queued"] == 2
+            return r.status_code
+
+    with serve(tiny_model, model_name="tiny", max_tokens=480, max_queue=1, max_batch=1) as base:
+        url = base + "/v1/chat/completions"
+        long = chat_body(max_tokens=450, stream=True, temperature=1.0, seed=1)
+        with httpx.stream("POST", url, json=long, timeout=60) as running:
+            lines = running.iter_lines()  # kept: a dropped iterator closes the connection
+            seen = 0
+            for line in lines:  # wait until tokens flow: the generation is running
+                seen += line.startswith("data: ")
+                if seen >= 3:
+                    break
+            with httpx.stream("POST", url, json=chat_body(max_tokens=2, stream=True), timeout=60) as waiting:
+                assert waiting.status_code == 200  # queued (its role chunk comes at once); then it leaves
+            assert until_admitted(post_then_give_up, "the closed stream") == "gave up"
+            assert until_admitted(stream_while_first_runs, "the timed-out request") == 200
+
+
 def test_eight_concurrent_clients(tiny, tiny_model):
     """8 clients at once: all answered, each with its own prompt's greedy answer (no cross-talk)."""
     prompts = [f"Count to {i}." for i in range(8)]
