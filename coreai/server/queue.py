@@ -9,8 +9,8 @@ with a Retry-After estimated from recent job durations).
 
 A job carries its parameters; the batch delivers each job's items (`Job.put`) to the event loop
 (`Job.get`). Setting `cancel` (a client disconnected) makes the runtime end that row at its next
-step; a job cancelled while waiting is dropped from the queue before the next admission is counted
-(and before the worker takes a job), so its place is freed at once, not when a row frees.
+step; a job cancelled while waiting is dropped from the queue before the next admission (or `load`)
+is counted and before the worker takes a job, so its place is freed at once, not when a row frees.
 """
 
 from __future__ import annotations
@@ -117,12 +117,12 @@ class Worker:
             self._wake.notify()
         return jobs
 
-    @property
-    def busy(self) -> int:
-        """Jobs waiting or running (a request's n choices count n)."""
+    def load(self) -> tuple[int, int]:
+        """(running, waiting): jobs in the batch (or joining it) and jobs waiting for a row; a
+        request's n choices count n."""
         with self._lock:
             self._release_cancelled()
-            return self._running + len(self._waiting)
+            return self._running, len(self._waiting)
 
     def close(self) -> None:
         """Stop the thread: running jobs are cancelled (they end at their next step), waiting ones released."""
