@@ -327,18 +327,16 @@ def test_tool_calls_constrained_tiny(tiny, tool_choice, names):
     jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
-def test_stop_string_inside_a_forced_tool_call_is_an_error(tiny):
-    """A stop string that cuts a call the grammar requires is not a normal stop."""
-    r = client(tiny).chat.completions.create(
-        model="tiny",
-        messages=USER,
-        tools=UNIT_TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_tokens=40,
-        stop=['"name'],
-    )
-    assert r.choices[0].finish_reason == "error" and not r.choices[0].message.tool_calls
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "set_unit"}}])
+def test_stop_with_a_forced_tool_call_is_refused(tiny, tool_choice):
+    """A stop string would cut a call the grammar requires (it ended "error"): refused as with
+    response_format. With tool_choice "auto" the model may answer in text, so stop is allowed."""
+    body = chat_body(tools=UNIT_TOOLS, tool_choice=tool_choice, parallel_tool_calls=False, max_tokens=40)
+    r = httpx.post(tiny + "/v1/chat/completions", json={**body, "stop": ['"name']})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "stop" and "stop cannot be combined" in r.json()["error"]["message"]
+    auto = httpx.post(tiny + "/v1/chat/completions", json={**body, "tool_choice": "auto", "stop": ["x"]}, timeout=60)
+    assert auto.status_code == 200, auto.text
 
 
 def test_tool_call_stream_deltas(tiny):
@@ -465,7 +463,8 @@ UNENFORCEABLE = {
         ),
         (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
         (chat_body(seed=-1), 400, "seed", "seed"),
-        (chat_body(stop=['"'], response_format={"type": "json_object"}), 400, "", "stop cannot be combined"),
+        (chat_body(stop=['"'], response_format={"type": "json_object"}), 400, "stop", "stop cannot be combined"),
+        (chat_body(stop="}", structured_outputs={"regex": "[a-z]+"}), 400, "stop", "stop cannot be combined"),
         (
             chat_body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": False}}),
             400,
