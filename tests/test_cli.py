@@ -80,6 +80,26 @@ def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv
     assert err.startswith(f"coreai {argv[0]}: error: ") and message in err
 
 
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--temperature", "-1", "temperature must be >= 0"),
+        ("--max-batch", "0", "--max-batch must be >= 1"),
+        ("--max-body-bytes", "0", "--max-body-bytes must be >= 1"),
+    ],
+)
+def test_serve_refuses_bad_settings_before_it_starts(tiny_model_dir, monkeypatch, capsys, flag, value, message):
+    """A server setting that would fail every request (a default temperature out of range answered
+    every request leaving temperature out with a 400 blaming the client) is refused at start-up."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: pytest.fail("the server started"))
+    argv = ["serve", str(tiny_model_dir), "--port", "0", "--grammar-journal", "off", flag, value]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("coreai serve: error: ") and message in err
+
+
 @pytest.mark.parametrize("flag", ["-n", "-g", "-p"])
 def test_bench_counts_must_be_positive(capsys, flag):
     with pytest.raises(SystemExit) as exit_:

@@ -73,7 +73,7 @@ def qwen(qwen_model):
 
 
 def test_health_models_and_docs(tiny):
-    assert httpx.get(tiny + "/health").json()["status"] == "ok"
+    assert httpx.get(tiny + "/health").json() == {"status": "ok", "model": "tiny", "running": 0, "waiting": 0}
     models = client(tiny).models.list()
     assert [m.id for m in models.data] == ["tiny"]
     spec = httpx.get(tiny + "/openapi.json").json()
@@ -375,18 +375,16 @@ def test_tool_calls_constrained_tiny(tiny, tool_choice, names):
     jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
-def test_stop_string_inside_a_forced_tool_call_is_an_error(tiny):
-    """A stop string that cuts a call the grammar requires is not a normal stop."""
-    r = client(tiny).chat.completions.create(
-        model="tiny",
-        messages=USER,
-        tools=UNIT_TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_tokens=40,
-        stop=['"name'],
-    )
-    assert r.choices[0].finish_reason == "error" and not r.choices[0].message.tool_calls
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "set_unit"}}])
+def test_stop_with_a_forced_tool_call_is_refused(tiny, tool_choice):
+    """A stop string would cut a call the grammar requires (it ended "error"): refused as with
+    response_format. With tool_choice "auto" the model may answer in text, so stop is allowed."""
+    body = chat_body(tools=UNIT_TOOLS, tool_choice=tool_choice, parallel_tool_calls=False, max_tokens=40)
+    r = httpx.post(tiny + "/v1/chat/completions", json={**body, "stop": ['"name']})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "stop" and "stop cannot be combined" in r.json()["error"]["message"]
+    auto = httpx.post(tiny + "/v1/chat/completions", json={**body, "tool_choice": "auto", "stop": ["x"]}, timeout=60)
+    assert auto.status_code == 200, auto.text
 
 
 def test_tool_call_stream_deltas(tiny):
@@ -513,7 +511,8 @@ UNENFORCEABLE = {
         ),
         (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
         (chat_body(seed=-1), 400, "seed", "seed"),
-        (chat_body(stop=['"'], response_format={"type": "json_object"}), 400, "", "stop cannot be combined"),
+        (chat_body(stop=['"'], response_format={"type": "json_object"}), 400, "stop", "stop cannot be combined"),
+        (chat_body(stop="}", structured_outputs={"regex": "[a-z]+"}), 400, "stop", "stop cannot be combined"),
         (
             chat_body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": False}}),
             400,
@@ -584,6 +583,47 @@ def test_dropped_non_streaming_request_frees_the_worker(tiny_strict):
         assert time.monotonic() < deadline, "the abandoned request kept the worker busy"
         time.sleep(0.2)
     assert r.status_code == 200
+
+
+def test_waiting_requests_that_leave_free_their_places(tiny_model):
+    """A request whose client leaves while it waits in the queue gives its place up at once, not when
+    a batch row frees: a closed stream, then a non-streaming client that timed out (max_batch 1,
+    max_queue 1, the first request running throughout)."""
+
+    def until_admitted(send, who):  # the server notices a client leaving within about half a second
+        deadline = time.monotonic() + 5
+        while (outcome := send()) == 429:
+            assert time.monotonic() < deadline, f"{who} kept its place in the queue"
+            time.sleep(0.1)
+        return outcome
+
+    def post_then_give_up():
+        try:
+            return httpx.post(url, json=chat_body(max_tokens=2), timeout=1.0).status_code
+        except httpx.TimeoutException:
+            return "gave up"
+
+    def stream_while_first_runs():
+        with httpx.stream("POST", url, json=chat_body(max_tokens=2, stream=True), timeout=60) as r:
+            if r.status_code == 200:  # one running (the first: no row freed), this one waiting
+                health = httpx.get(base + "/health").json()
+                assert (health["running"], health["waiting"]) == (1, 1)
+            return r.status_code
+
+    with serve(tiny_model, model_name="tiny", max_tokens=480, max_queue=1, max_batch=1) as base:
+        url = base + "/v1/chat/completions"
+        long = chat_body(max_tokens=450, stream=True, temperature=1.0, seed=1)
+        with httpx.stream("POST", url, json=long, timeout=60) as running:
+            lines = running.iter_lines()  # kept: a dropped iterator closes the connection
+            seen = 0
+            for line in lines:  # wait until tokens flow: the generation is running
+                seen += line.startswith("data: ")
+                if seen >= 3:
+                    break
+            with httpx.stream("POST", url, json=chat_body(max_tokens=2, stream=True), timeout=60) as waiting:
+                assert waiting.status_code == 200  # queued (its role chunk comes at once); then it leaves
+            assert until_admitted(post_then_give_up, "the closed stream") == "gave up"
+            assert until_admitted(stream_while_first_runs, "the timed-out request") == 200
 
 
 def test_eight_concurrent_clients(tiny, tiny_model):

@@ -89,18 +89,13 @@ def run(args) -> int:
         raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")
     if args.prompt_cache_bytes < 0:
         raise ValueError(f"--prompt-cache-bytes must be >= 0, got {args.prompt_cache_bytes}")
+    if args.max_body_bytes < 1:  # else every request would get 413
+        raise ValueError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
     if args.host not in LOOPBACK and not args.api_key:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     if args.speculative == "draft" and not args.draft_model:
         raise ValueError("--speculative draft needs --draft-model")
-    # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    try:
-        sock = socket.create_server((args.host, args.port), family=family)
-    except OSError as exc:
-        raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
-    config = ServerConfig(
+    config = ServerConfig(  # checks the default sampling settings (ValueError), before the slow load
         api_key=args.api_key,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -111,6 +106,13 @@ def run(args) -> int:
         speculative=None if args.speculative == "off" else args.speculative,
         grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,
     )
+    # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    try:
+        sock = socket.create_server((args.host, args.port), family=family)
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
     app = create_app(model, config)
     print(f"coreai serve: {model.name} on http://{args.host}:{args.port}/v1 (docs at /docs)", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info" if args.verbose else "warning"))

@@ -88,7 +88,9 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": name, "queued": engine.worker.busy}
+        """The model served, and its load: generations running (batch rows) and waiting for one."""
+        running, waiting = engine.worker.load()
+        return {"status": "ok", "model": name, "running": running, "waiting": waiting}
 
     @app.get("/v1/models", response_model=s.ModelList, responses=ERROR_RESPONSES)
     async def models():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runtime import SamplingParams
+
 
 @dataclass
 class ServerConfig:
@@ -22,6 +24,8 @@ class ServerConfig:
         draft model, or None); the output does not change, only its speed.
     grammar_journal: a folder where compiled grammars are recorded, and compiled again in the
         background at start-up (`guided.journal`), or None.
+
+    Raises ValueError for a default sampling setting out of range.
     """
 
     model_name: str | None = None
@@ -34,3 +38,11 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"
     grammar_journal: str | None = None
+
+    def __post_init__(self):
+        # The defaults go through the checks a request's values go through: out of range, every
+        # request leaving the field out would be refused with a 400 blaming the client.
+        try:
+            SamplingParams(temperature=self.temperature)
+        except ValueError as exc:
+            raise ValueError(f"default {exc}") from None

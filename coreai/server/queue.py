@@ -9,15 +9,16 @@ with a Retry-After estimated from recent job durations).
 
 A job carries its parameters; the batch delivers each job's items (`Job.put`) to the event loop
 (`Job.get`). Setting `cancel` (a client disconnected) makes the runtime end that row at its next
-step, and a job cancelled while waiting is skipped, so its place is freed at once.
+step; a job cancelled while waiting is dropped from the queue before the next admission (or `load`)
+is counted and before the worker takes a job, so its place is freed at once, not when a row frees.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import math
-import queue
 import threading
 import time
 from typing import Any, Protocol
@@ -79,7 +80,7 @@ class Worker:
     """The generation thread, its batch and its bounded queue.
 
     max_queue: requests allowed to wait while `max_batch` run (>= 0). max_batch: requests running
-    together (>= 1). batch: what runs them.
+    together (>= 1). batch: what runs them. Raises ValueError for a bound out of range.
     """
 
     def __init__(self, max_queue: int, max_batch: int, batch: Batch):
@@ -90,9 +91,13 @@ class Worker:
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.batch = batch
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        # The waiting jobs live under the lock, not in a queue.Queue, so that a job cancelled while it
+        # waits can be taken out at once (`_release_cancelled`) instead of when the worker reaches it.
         self._lock = threading.Lock()
-        self._admitted = 0  # waiting + running
+        self._wake = threading.Condition(self._lock)  # notified when a job arrives or the worker closes
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._running = 0  # taken by the worker thread, not yet done
+        self._closing = False
         self._mean_seconds = 5.0  # moving average of job durations, for Retry-After
         self._thread = threading.Thread(target=self._run, name="coreai-generation", daemon=True)
         self._thread.start()
@@ -101,29 +106,54 @@ class Worker:
         """Queue a job for each of `params` (a request's choices), all or none, and return them. Must
         be called on the event loop that will read them. Raises QueueFull when they would not all fit
         beside the `max_batch` running and `max_queue` waiting."""
+        loop = asyncio.get_running_loop()
         with self._lock:
-            if self._admitted + len(params) > self.max_batch + self.max_queue:
+            self._release_cancelled()
+            if self._running + len(self._waiting) + len(params) > self.max_batch + self.max_queue:
                 # One job finishing frees one slot: about one mean job duration over the batch from now.
                 raise QueueFull(max(1, math.ceil(self._mean_seconds / self.max_batch)))
-            self._admitted += len(params)
-        jobs = [Job(p, asyncio.get_running_loop()) for p in params]
-        for job in jobs:
-            self._jobs.put(job)
+            jobs = [Job(p, loop) for p in params]
+            self._waiting.extend(jobs)
+            self._wake.notify()
         return jobs
 
-    @property
-    def busy(self) -> int:
-        """Requests waiting or running."""
-        return self._admitted
+    def load(self) -> tuple[int, int]:
+        """(running, waiting): jobs in the batch (or joining it) and jobs waiting for a row; a
+        request's n choices count n."""
+        with self._lock:
+            self._release_cancelled()
+            return self._running, len(self._waiting)
 
     def close(self) -> None:
         """Stop the thread: running jobs are cancelled (they end at their next step), waiting ones released."""
-        self._jobs.put(None)
+        with self._lock:
+            self._closing = True
+            self._wake.notify()
+
+    def _release_cancelled(self) -> None:
+        """Drop the waiting jobs whose request is gone, ending them (with the lock held)."""
+        for job in [j for j in self._waiting if j.cancel.is_set()]:
+            self._waiting.remove(job)
+            job.put(_END)
+
+    def _take(self, room: int, block: bool) -> list[Job] | None:
+        """Up to `room` waiting jobs, oldest first, now counted as running; waits for one if `block`.
+        None when the worker is closing."""
+        with self._lock:
+            self._release_cancelled()
+            while block and not self._waiting and not self._closing:
+                self._wake.wait()
+                self._release_cancelled()
+            if self._closing:
+                return None
+            jobs = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            self._running += len(jobs)
+            return jobs
 
     def _done(self, job: Job) -> None:
         job.put(_END)
         with self._lock:
-            self._admitted -= 1
+            self._running -= 1
             if job.started:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.started)
 
@@ -131,18 +161,16 @@ class Worker:
         running: list[Job] = []
         closing = False
         while not closing or running:
-            while not closing and len(running) < self.max_batch:
-                try:
-                    job = self._jobs.get(block=not running)
-                except queue.Empty:
-                    break
-                if job is None:
-                    closing = True
+            if not closing:
+                jobs = self._take(self.max_batch - len(running), block=not running)
+                if jobs is None:
+                    closing, jobs = True, []
                     for j in running:
                         j.cancel.set()
-                elif job.cancel.is_set():
-                    self._done(job)
-                else:
+                for job in jobs:
+                    if job.cancel.is_set():  # cancelled since it was taken
+                        self._done(job)
+                        continue
                     try:
                         job.started = time.perf_counter()
                         self.batch.start(job)
@@ -161,7 +189,8 @@ class Worker:
             for job in ended:
                 running.remove(job)
                 self._done(job)
-        while not self._jobs.empty():  # closing: release whoever still waits
-            if (job := self._jobs.get_nowait()) is not None:
+        with self._lock:  # closing: release whoever still waits
+            for job in self._waiting:
                 job.cancel.set()
-                self._done(job)
+                job.put(_END)
+            self._waiting.clear()

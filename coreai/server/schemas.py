@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue
@@ -20,6 +21,14 @@ MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wa
 
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def field_error(field: str, message: str, value: Any) -> ValidationError:
+    """An error of a model validator located at `field`: a ValueError raised there has no location,
+    so the 400 would name no field (pydantic-core keeps the location of a ValidationError raised in a
+    validator)."""
+    error = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data("request", [InitErrorDetails(type=error, loc=(field,), input=value)])
 
 
 # ---- chat messages -------------------------------------------------------------------------------
@@ -172,15 +181,19 @@ class SamplingFields(Request):
     @model_validator(mode="after")
     def _no_stop_in_constrained_output(self):
         # A stop string would cut a grammar-constrained output, which then no longer validates.
-        constrained = self.structured_outputs is not None or (
-            getattr(self, "response_format", None) is not None and self.response_format.type != "text"
-        )
-        if self.stop and constrained:
-            raise ValueError(
-                "stop cannot be combined with response_format or structured_outputs: it would cut the "
-                "constrained output; the grammar already decides where the output ends"
+        if self.stop and self.output_constrained():
+            raise field_error(
+                "stop",
+                "stop cannot be combined with response_format, structured_outputs or a forced tool call "
+                '(tool_choice "required" or a named function): it would cut the constrained output; the '
+                "grammar already decides where the output ends",
+                self.stop,
             )
         return self
+
+    def output_constrained(self) -> bool:
+        """Whether a grammar constrains the whole output (so it alone decides where the output ends)."""
+        return self.structured_outputs is not None
 
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -207,6 +220,14 @@ class ChatCompletionRequest(SamplingFields):
         if self.tool_choice is not None and not self.tools:
             raise ValueError("tool_choice is only allowed when tools are given")
         return self
+
+    def output_constrained(self) -> bool:
+        # With tool_choice "auto" the model may answer in text, where a stop string is an ordinary stop.
+        forced_call = bool(self.tools) and (
+            self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+        )
+        json_output = self.response_format is not None and self.response_format.type != "text"
+        return super().output_constrained() or forced_call or json_output
 
 
 class CompletionRequest(SamplingFields):
