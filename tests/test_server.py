@@ -199,15 +199,7 @@ def test_n_choices(tiny):
 
 def test_n_choices_each_follow_their_constraint(tiny):
     """The choices of a constrained request share its session but fill bitmasks of their own."""
-    schema = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "maxLength": 12},
-            "n": {"type": "integer", "minimum": 0, "maximum": 99},
-        },
-        "required": ["name", "n"],
-        "additionalProperties": False,
-    }
+    schema = PERSON
     r = client(tiny).chat.completions.create(
         model="tiny",
         messages=USER,
