@@ -210,6 +210,13 @@ class ConstrainedSession:
                 return delta.result
         raise AssertionError("stream ended without a result")
 
+    def _accepts(self, text: str) -> bool:
+        """Whether the grammar matches `text` whole (tokenized afresh: the grammar is over bytes)."""
+        matcher = self.compiled.matcher()
+        return matcher.accept_tokens(self.model.tokenizer.encode(text, add_special_tokens=False)) and (
+            matcher.is_accepting()
+        )
+
     def verdict(self, result: GenerationResult, strategy: ConstrainedDecodingStrategy) -> GuidedResult:
         """The grammar's and the final check's verdict on a generation `strategy` (from `strategy()`)
         drove, in this loop or another (the server's batch). An output that ended "stop" but is not valid
@@ -223,6 +230,10 @@ class ConstrainedSession:
             )
             reasoning = reasoning.strip() if reasoning is not None else None
             result = GenerationResult(**dict(vars(result), text=answer))
+        if complete and result.stop_string is not None:
+            # The grammar accepted the tokens; the stop string cut their text. Valid only if the grammar
+            # accepts what is left.
+            complete = self._accepts(result.text)
         errors: list[str] = []
         if result.finish_reason == "error":
             errors.append(result.error or strategy.error or "grammar engine error")

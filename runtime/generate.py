@@ -65,6 +65,7 @@ class GenerationResult:
     drafted_tokens: int = 0  # speculative draft tokens scored by the model
     accepted_tokens: int = 0  # draft tokens accepted (emitted without a pass of their own)
     error: str | None = None
+    stop_string: str | None = None  # the stop string that ended the output (trimmed from `text`), if one did
 
     @property
     def tokens_per_pass(self) -> float:
@@ -123,6 +124,7 @@ class Sequence:
         self.stops = StopStrings(stop)
         self.finish: str | None = None
         self.error: str | None = None
+        self.stop_string: str | None = None
         self.step: Step | None = None  # the step applied last
         self.appended: list[int] = []  # the tokens it appended to the output
         self.drafted = 0  # draft tokens fed in the last forward pass
@@ -198,7 +200,7 @@ class Sequence:
             piece, hit = self.stops.feed(self.detok.last_segment)
             text += piece
             if hit:
-                self.finish = "stop"
+                self.finish, self.stop_string = "stop", hit
                 del self.out[len(self.out) - (len(emitted) - i - 1) - len(self.held) :]
                 emitted, self.held = emitted[: i + 1], []
                 break
@@ -207,7 +209,8 @@ class Sequence:
                 self.detok.finalize()
                 piece, hit = self.stops.feed(self.detok.last_segment)
                 text += piece if hit else piece + self.stops.flush()
-                self.finish = "stop" if hit else self.finish
+                if hit:
+                    self.finish, self.stop_string = "stop", hit
         self.text_parts.append(text)
         ids, logprobs = [t for t, _ in emitted], [row for _, row in emitted]
         if self.finish is not None:
@@ -233,7 +236,14 @@ class Sequence:
         )
         usage = Usage(self.prompt_len, len(out), self.reused)
         return GenerationResult(
-            "".join(self.text_parts), out, self.finish, usage, timings, error=self.error, **self.stats
+            "".join(self.text_parts),
+            out,
+            self.finish,
+            usage,
+            timings,
+            error=self.error,
+            stop_string=self.stop_string,
+            **self.stats,
         )
 
 

@@ -27,6 +27,7 @@ same tokens per seed. At temperature 0 the draw is the argmax.
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass
 
@@ -53,11 +54,15 @@ class SamplingParams:
 
     def __post_init__(self):
         checks = (
-            ("temperature", self.temperature >= 0, ">= 0"),
+            ("temperature", math.isfinite(self.temperature) and self.temperature >= 0, "a finite number >= 0"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
             ("top_k", self.top_k >= 0, ">= 0 (0 disables)"),
             ("min_p", 0 <= self.min_p <= 1, "in [0, 1]"),
-            ("repetition_penalty", self.repetition_penalty > 0, "> 0 (1 disables)"),
+            (
+                "repetition_penalty",
+                math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
+                "a finite number > 0 (1 disables)",
+            ),
             ("repetition_context_size", self.repetition_context_size >= 1, ">= 1"),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),

@@ -12,16 +12,16 @@ class StopStrings:
         self.stops = [s for s in (stops or []) if s]
         self._pending = ""
 
-    def feed(self, text: str) -> tuple[str, bool]:
-        """Add decoded text. Returns (text safe to emit, whether a stop string was hit)."""
+    def feed(self, text: str) -> tuple[str, str | None]:
+        """Add decoded text. Returns (text safe to emit, the stop string hit or None)."""
         if not self.stops:
-            return text, False
+            return text, None
         buf = self._pending + text
         hits = [(buf.find(s), s) for s in self.stops if s in buf]
         if hits:
-            pos = min(h[0] for h in hits)
+            pos, stop = min(hits)
             self._pending = ""
-            return buf[:pos], True
+            return buf[:pos], stop
         keep = 0
         for s in self.stops:
             for k in range(min(len(s) - 1, len(buf)), 0, -1):
@@ -29,7 +29,7 @@ class StopStrings:
                     keep = max(keep, k)
                     break
         self._pending = buf[len(buf) - keep :] if keep else ""
-        return buf[: len(buf) - keep], False
+        return buf[: len(buf) - keep], None
 
     def flush(self) -> str:
         """Text held back at the end of generation (it matched no stop string)."""

@@ -83,9 +83,11 @@ def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv
 @pytest.mark.parametrize(
     "flag, value, message",
     [
-        ("--temperature", "-1", "temperature must be >= 0"),
+        ("--temperature", "-1", "temperature must be a finite number >= 0"),
         ("--max-batch", "0", "--max-batch must be >= 1"),
         ("--max-body-bytes", "0", "--max-body-bytes must be >= 1"),
+        ("--temperature", "inf", "temperature must be a finite number >= 0"),
+        ("--port", "99999", "cannot listen on 127.0.0.1:99999"),
     ],
 )
 def test_serve_refuses_bad_settings_before_it_starts(tiny_model_dir, monkeypatch, capsys, flag, value, message):
@@ -94,7 +96,8 @@ def test_serve_refuses_bad_settings_before_it_starts(tiny_model_dir, monkeypatch
     import uvicorn
 
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: pytest.fail("the server started"))
-    argv = ["serve", str(tiny_model_dir), "--port", "0", "--grammar-journal", "off", flag, value]
+    argv = ["serve", str(tiny_model_dir), "--grammar-journal", "off", flag, value]
+    argv += ["--port", "0"] if flag != "--port" else []
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.startswith("coreai serve: error: ") and message in err

@@ -171,6 +171,22 @@ def test_session_choices_regex_grammar(tiny_model):
             assert result.finish_reason == "length" and not result.valid
 
 
+def test_a_stop_string_that_cuts_a_constrained_output_makes_it_invalid(tiny_model):
+    """A stop string found inside the grammar's text cuts what the grammar accepted (here inside the
+    forced output "Paris", then inside the last of a JSON string's tokens): never a valid "stop"
+    with a cut output. A stop string that leaves text the grammar accepts is an ordinary stop."""
+    for kwargs, stop in (({"regex": "Paris"}, "is"), ({"regex": "(yes|no)"}, "s"), ({"choices": ["ab"]}, "b")):
+        result = ConstrainedSession(tiny_model, **kwargs).generate("Answer:", stop=[stop], max_tokens=8)
+        if stop in "".join(tiny_model.tokenizer.decode([t]) for t in result.token_ids):
+            assert result.finish_reason == "error" and not result.valid, (kwargs, result.text)
+            assert "stop string" in result.error
+    no_end = {t: -100.0 for t in tiny_model.tokenizer.eos_ids}  # no end after "Par": "is" must follow
+    kept = ConstrainedSession(tiny_model, regex="Par(is)?").generate(
+        "Answer:", stop=["is"], max_tokens=8, logit_bias=no_end
+    )
+    assert kept.text == "Par" and kept.stop_string == "is" and kept.finish_reason == "stop" and kept.valid
+
+
 def test_session_low_level_calls(tiny_model):
     session = ConstrainedSession(tiny_model, regex="ab[0-9]+")
     mask = session.next_token_bitmask()

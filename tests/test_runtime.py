@@ -91,10 +91,10 @@ def test_stop_strings_across_token_boundaries():
         emitted.append(text)
         if hit:
             break
-    assert "".join(emitted) == "abc" and hit
+    assert "".join(emitted) == "abc" and hit == "END"
     stops = StopStrings(["END"])
-    assert stops.feed("xE") == ("x", False)
-    assert stops.feed("Nd") == ("ENd", False)
+    assert stops.feed("xE") == ("x", None)
+    assert stops.feed("Nd") == ("ENd", None)
 
 
 def test_stop_string_in_generation_is_trimmed(tiny_model):

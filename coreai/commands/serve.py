@@ -110,11 +110,12 @@ def run(args) -> int:
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     try:
         sock = socket.create_server((args.host, args.port), family=family)
-    except OSError as exc:
-        raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
+        raise ValueError(f"cannot listen on {args.host}:{args.port}: {getattr(exc, 'strerror', None) or exc}") from None
     model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
     app = create_app(model, config)
-    print(f"coreai serve: {model.name} on http://{args.host}:{args.port}/v1 (docs at /docs)", flush=True)
+    port = sock.getsockname()[1]  # the port bound (--port 0 picks a free one)
+    print(f"coreai serve: {model.name} on http://{args.host}:{port}/v1 (docs at /docs)", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info" if args.verbose else "warning"))
     server.run(sockets=[sock])
     return 0
