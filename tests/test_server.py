@@ -412,6 +412,8 @@ def test_tool_call_parser_streaming():
     bare = ToolCallParser()  # small models often drop the tags; the auto grammar allows that form
     assert bare.feed(' {"name": "f", ') + bare.feed('"arguments": {"x": 2}}') == []
     assert [c.name for c in bare.finish()] == ["f"]
+    cut_bare = ToolCallParser()  # a bare call cut by max_tokens is dropped too
+    assert cut_bare.feed('{"name": "f", "arguments":') + cut_bare.finish() == [] and not cut_bare.calls
     plain = ToolCallParser()
     assert plain.feed("  \nHi <tool") + plain.feed(" there") + plain.finish() == ["  \nHi", " <tool there"]
 

@@ -146,7 +146,8 @@ class ToolCallParser:
     a block left open at the end (cut by max_tokens) is dropped unless its JSON is complete, so raw
     markup never reaches content. An
     output whose first non-blank character is `{` is held to the end and is one bare call if it
-    parses as one (see `tool_grammar`).
+    parses as one (see `tool_grammar`); else it was cut (the grammar allows nothing else) and is
+    dropped likewise.
     """
 
     def __init__(self):
@@ -193,7 +194,10 @@ class ToolCallParser:
             call.index = len(self.calls)
             self.calls.append(call)
             return [call]
-        if self._bare is not False:  # blank, or a "{" that is no call: plain content
+        if self._bare:  # a bare call the grammar left unfinished (cut by max_tokens): dropped, as a cut block
+            self._buf, self._bare = "", False
+            return []
+        if self._bare is None:  # blank: plain content
             self._bare = False
             out = self.feed("")
             return out + self.finish()
