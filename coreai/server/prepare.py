@@ -54,7 +54,7 @@ class Preparer:
                 repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
                 presence_penalty=req.presence_penalty or 0.0,
                 frequency_penalty=req.frequency_penalty or 0.0,
-                seed=req.seed,
+                seed=None if req.seed is None else req.seed % 2**64,  # OpenAI's seeds are signed 64-bit
                 logit_bias=req.logit_bias,
             )
             if sampling.logit_bias and max(sampling.logit_bias) >= self.model.vocab_size:

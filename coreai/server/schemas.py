@@ -165,7 +165,7 @@ class SamplingFields(Request):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[int, float] | None = None  # token id (a JSON object key) -> bias in [-100, 100]
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # OpenAI's are signed 64-bit; unsigned too
     stop: str | list[str] | None = Field(default=None, max_length=4)
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, decoded as rows of one batch
     stream: bool = False
@@ -177,6 +177,12 @@ class SamplingFields(Request):
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed with stream: true")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data):
+        # OpenAI takes null for an optional parameter as its default, and some clients send them so.
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _no_stop_in_constrained_output(self):
