@@ -709,12 +709,17 @@ def test_qwen_json_schema_and_json_object(qwen):
         model="qwen",
         messages=ASK_PERSON,
         max_tokens=40,
+        temperature=0.8,
+        seed=1,
+        n=2,  # two sampled choices, rows of one batch, each with its own matcher and bitmask
         response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}},
     )
-    assert r.choices[0].finish_reason == "stop"
-    value = json.loads(r.choices[0].message.content)
-    jsonschema.validate(value, PERSON)
-    assert list(value) == ["name", "age"]  # the schema's key order
+    assert [choice.index for choice in r.choices] == [0, 1]
+    for choice in r.choices:
+        assert choice.finish_reason == "stop"
+        value = json.loads(choice.message.content)
+        jsonschema.validate(value, PERSON)
+        assert list(value) == ["name", "age"]  # the schema's key order
     r = c.chat.completions.create(
         model="qwen", messages=ASK_PERSON, max_tokens=40, response_format={"type": "json_object"}
     )

@@ -57,10 +57,6 @@ async def _collect(job: Job, request: Request) -> tuple[list[Piece], GenerationR
 async def merge(streams: list[AsyncIterator[dict]]) -> AsyncIterator[dict]:
     """The items of several async iterators, in the order they come. An error in one is raised here
     after the others end; closing this closes them all."""
-    if len(streams) == 1:  # one choice: no task in between
-        async for item in streams[0]:
-            yield item
-        return
     items: asyncio.Queue = asyncio.Queue()
     ended = object()
 
