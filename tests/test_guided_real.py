@@ -187,6 +187,18 @@ def test_a_stop_string_that_cuts_a_constrained_output_makes_it_invalid(tiny_mode
     assert kept.text == "Par" and kept.stop_string == "is" and kept.finish_reason == "stop" and kept.valid
 
 
+def test_a_final_check_that_raises_makes_the_output_invalid(tiny_model):
+    """An output the final check cannot check is invalid (finish_reason "error" with the reason),
+    never valid by default and never an exception out of the verdict (the server's worker calls it)."""
+
+    def broken(text):
+        raise RuntimeError("checker bug")
+
+    result = ConstrainedSession(tiny_model, choices=["ab"], check=broken).generate("go", max_tokens=4)
+    assert result.text == "ab" and not result.valid and result.finish_reason == "error"
+    assert "the final check failed: RuntimeError: checker bug" in result.error
+
+
 def test_session_low_level_calls(tiny_model):
     session = ConstrainedSession(tiny_model, regex="ab[0-9]+")
     mask = session.next_token_bitmask()
