@@ -11,7 +11,9 @@ With `--concurrency 1,2,4,8` it measures continuous batching instead: the same m
 `json_schema`, half free text, `--max-tokens` 48 each, `--requests` of them) sent with that many in
 flight to `coreai serve`, and the free half alone to coreai and to mlx-lm's server
 (`mlx_lm.server`, which batches too), both started as subprocesses on the same float32 weights and
-the same OpenBLAS; it reports aggregate tok/s (completion tokens / wall time of the whole set),
+the same OpenBLAS; it reports aggregate tok/s (completion tokens / wall time of the whole set), the
+steady-state aggregate tok/s (while all `concurrency` requests were in flight, i.e. without the set's
+tail, where the last requests decode with fewer rows; see `steady_window`),
 per-request decode tok/s (after the first token, median), TTFT p50/p95 and how many constrained
 outputs were valid, and writes JSON (default `benchmarks/results/server_concurrency.json`). Both
 servers stay up; each level runs `--repeats` rounds, each round on coreai then on mlx_lm, and the
@@ -103,13 +105,13 @@ def workload(n: int, tag: str, max_tokens: int, model: str) -> list[dict]:
 
 def _timed(base: str, body: dict) -> dict:
     """One streamed request: TTFT (s), decode tok/s after the first token, completion tokens (from
-    usage, else one per content chunk), the usage, the text, and its start/end times (perf_counter
-    seconds)."""
+    usage, else one per content chunk), the usage, the text, its start/end times and the arrival time
+    of each content chunk (perf_counter seconds)."""
     import httpx
 
     start = time.perf_counter()
     first = last = None
-    chunks, usage, text = 0, None, ""
+    times, usage, text = [], None, ""
     with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=1800) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -119,11 +121,11 @@ def _timed(base: str, body: dict) -> dict:
             if chunk.get("usage"):
                 usage = chunk["usage"]
             if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                first = first or time.perf_counter()
                 last = time.perf_counter()
-                chunks += 1
+                first = first or last
+                times.append(last)
                 text += chunk["choices"][0]["delta"]["content"]
-    n = usage["completion_tokens"] if usage else chunks
+    n = usage["completion_tokens"] if usage else len(times)
     return {
         "ttft": (first or last or start) - start,
         "decode_tps": (n - 1) / (last - first) if first and n > 1 and last > first else 0.0,
@@ -132,7 +134,30 @@ def _timed(base: str, body: dict) -> dict:
         "text": text,
         "start": start,
         "end": time.perf_counter(),
+        "chunk_times": times,
     }
+
+
+def steady_window(results: list[dict], concurrency: int) -> tuple[float, float]:
+    """The interval (perf_counter seconds) during which `concurrency` requests were in flight: from the
+    start of the `concurrency`-th request to the first end after the last request started. Before it
+    the client is still sending, after it the set's tail decodes with fewer rows."""
+    starts = sorted(r["start"] for r in results)
+    begin = starts[min(concurrency, len(starts)) - 1]
+    return begin, min(r["end"] for r in results if r["end"] >= starts[-1])
+
+
+def steady_tps(results: list[dict], concurrency: int) -> float:
+    """Completion tokens per second inside `steady_window`: each request's tokens are shared out
+    over its content chunks (one token per chunk for mlx_lm.server; coreai sends a jump-forward run
+    as one chunk), and the chunks that arrived inside the window are counted."""
+    begin, end = steady_window(results, concurrency)
+    tokens = sum(
+        r["completion_tokens"] * sum(begin <= t <= end for t in r["chunk_times"]) / len(r["chunk_times"])
+        for r in results
+        if r["chunk_times"]
+    )
+    return tokens / (end - begin) if end > begin else 0.0
 
 
 def run_level(base: str, bodies: list[dict], concurrency: int) -> dict:
@@ -157,6 +182,7 @@ def run_level(base: str, bodies: list[dict], concurrency: int) -> dict:
         "completion_tokens": sum(r["completion_tokens"] for r in results),
         "wall_seconds": wall,
         "aggregate_tps": sum(r["completion_tokens"] for r in results) / wall,
+        "steady_tps": steady_tps(results, concurrency),
         "per_request_decode_tps": statistics.median(r["decode_tps"] for r in results),
         "ttft_p50": statistics.median(ttfts),
         "ttft_p95": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
@@ -275,21 +301,25 @@ def concurrency_main(args) -> int:
                     ("mlx_lm_free", "mlx_lm free"),
                 ):
                     print(_line(label, level[k]), flush=True)
-    base = results["levels"][0]["coreai_mixed"]["aggregate_tps"]
+    first = results["levels"][0]["coreai_mixed"]
     for level in results["levels"]:
-        level["coreai_mixed"]["speedup_over_first_level"] = level["coreai_mixed"]["aggregate_tps"] / base
+        m = level["coreai_mixed"]
+        m["speedup_over_first_level"] = m["aggregate_tps"] / first["aggregate_tps"]
+        m["steady_speedup_over_first_level"] = m["steady_tps"] / first["steady_tps"]
     print()
     print(
-        "| concurrency | coreai mixed agg tok/s | speedup | per-request tok/s | TTFT p50 / p95 s | valid JSON "
-        "| coreai free agg tok/s | mlx_lm free agg tok/s |"
+        "| concurrency | coreai mixed agg tok/s (speedup) | steady agg tok/s (speedup) | per-request tok/s "
+        "| TTFT p50 / p95 s | valid JSON | coreai free agg / steady tok/s | mlx_lm free agg / steady tok/s |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for level in results["levels"]:
         m, f, x = level["coreai_mixed"], level["coreai_free"], level["mlx_lm_free"]
         print(
-            f"| {level['concurrency']} | {m['aggregate_tps']:.2f} | {m['speedup_over_first_level']:.2f}x "
+            f"| {level['concurrency']} | {m['aggregate_tps']:.2f} ({m['speedup_over_first_level']:.2f}x) "
+            f"| {m['steady_tps']:.2f} ({m['steady_speedup_over_first_level']:.2f}x) "
             f"| {m['per_request_decode_tps']:.2f} | {m['ttft_p50']:.2f} / {m['ttft_p95']:.2f} "
-            f"| {m['constrained_valid']}/{m['constrained']} | {f['aggregate_tps']:.2f} | {x['aggregate_tps']:.2f} |"
+            f"| {m['constrained_valid']}/{m['constrained']} | {f['aggregate_tps']:.2f} / {f['steady_tps']:.2f} "
+            f"| {x['aggregate_tps']:.2f} / {x['steady_tps']:.2f} |"
         )
     out = Path(args.out or "benchmarks/results/server_concurrency.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -305,13 +335,15 @@ def _median_run(runs: list[dict]) -> dict:
     out["requests"] = runs[0]["requests"]
     out["concurrency"] = runs[0]["concurrency"]
     out["aggregate_tps_rounds"] = [r["aggregate_tps"] for r in runs]
+    out["steady_tps_rounds"] = [r["steady_tps"] for r in runs]
     return out
 
 
 def _line(name: str, r: dict) -> str:
     return (
         f"{name:12s} c={r['concurrency']}: {r['requests']} requests, {r['completion_tokens']:.0f} tokens in "
-        f"{r['wall_seconds']:.1f} s = {r['aggregate_tps']:.2f} tok/s aggregate, {r['per_request_decode_tps']:.2f} "
+        f"{r['wall_seconds']:.1f} s = {r['aggregate_tps']:.2f} tok/s aggregate ({r['steady_tps']:.2f} while all "
+        f"{r['concurrency']} were in flight), {r['per_request_decode_tps']:.2f} "
         f"tok/s per request, TTFT p50 {r['ttft_p50']:.2f} s p95 {r['ttft_p95']:.2f} s, "
         f"valid {r['constrained_valid']}/{r['constrained']}"
     )

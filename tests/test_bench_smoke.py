@@ -116,3 +116,23 @@ def test_speculative_cases_match_the_demo():
         {"role": "user", "content": INSTRUCTION},
     ]
     assert len(cases["invoice"][1]["required"]) >= 5 and cases["story"][1] is None
+
+
+def test_server_bench_steady_window_leaves_out_the_tail():
+    """The steady-state figure counts only the chunks that arrived while every request of the level
+    was in flight: here 4 requests at concurrency 2, the last one starting at t=4.6 and the first end
+    after it at t=6; each request sends 4 tokens, one per chunk."""
+    from benchmarks.server import steady_tps, steady_window
+
+    def request(start, times):
+        return {"start": start, "end": times[-1], "chunk_times": times, "completion_tokens": len(times)}
+
+    results = [
+        request(0.0, [1.0, 2.0, 3.0, 4.0]),
+        request(0.1, [1.5, 2.5, 3.5, 4.5]),
+        request(4.0, [5.0, 5.5, 5.8, 6.0]),
+        request(4.6, [7.0, 8.0, 9.0, 10.0]),
+    ]
+    assert steady_window(results, 2) == (0.1, 6.0)
+    # Inside [0.1, 6.0]: all of the first three requests (12 chunks), none of the last one.
+    assert steady_tps(results, 2) == pytest.approx(12 / 5.9)
