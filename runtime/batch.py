@@ -35,6 +35,7 @@ an error.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from dataclasses import dataclass, field
@@ -242,6 +243,7 @@ class BatchGenerator:
         room = self.max_batch - len(self.active)
         if not self.waiting or room < 1:
             return
+        self._share_prefill()
         short = [r for r in self.waiting if len(r.pending) - 1 <= self.prefill_step_size]
         long = [r for r in self.waiting if r not in short]
         long_turn = bool(long) and (not short or not self._short_next)
@@ -257,6 +259,23 @@ class BatchGenerator:
             group.append(row)
         self._join(group, self._prefill_together(group))
 
+    def _share_prefill(self) -> None:
+        """A waiting row whose prompt starts with more tokens than it has in its KV cache, all of them
+        already in another waiting row's KV cache, takes a copy of that cache instead of computing it
+        again: the `n` choices of one request with a long prompt, or requests with one long system
+        prompt arriving together, prefill it once (the prefix cache only holds finished rows)."""
+        for row in self.waiting:
+            prompt = row.tokens + row.pending
+            donors = [
+                o
+                for o in self.waiting
+                if len(row.tokens) < len(o.tokens) < len(prompt) and prompt[: len(o.tokens)] == o.tokens
+            ]
+            if donors:
+                donor = max(donors, key=lambda o: len(o.tokens))
+                row.cache, row.tokens = copy.deepcopy(donor.cache), list(donor.tokens)
+                row.pending = prompt[len(donor.tokens) :]
+
     def _prefill_alone(self, row: Row) -> None:
         """One chunk of a row's prompt into its own KV cache."""
         n = min(self.prefill_step_size, len(row.pending) - 1)
@@ -268,9 +287,14 @@ class BatchGenerator:
     def _prefill_together(self, group: list[Row]) -> list:
         """Merge the rows' own KV caches into a batched one and prefill all but the last token of
         each remaining prompt in one pass, right-padded to the longest (the padding moves to the left
-        and is masked, as in `_forward`). Returns the batched caches, one per layer, rows in order."""
-        merged = [type(layer[0]).merge(list(layer)) for layer in zip(*(row.cache for row in group))]
-        chunks = [row.pending[:-1] for row in group]
+        and is masked, as in `_forward`). Rows in the same state (the `n` choices of one request)
+        share one row of that pass, copied out after it. Returns the batched caches, one per layer,
+        rows in order."""
+        states = {}
+        pick = [states.setdefault((tuple(row.tokens), tuple(row.pending)), len(states)) for row in group]
+        unique = [group[pick.index(k)] for k in range(len(states))]
+        merged = [type(layer[0]).merge(list(layer)) for layer in zip(*(row.cache for row in unique))]
+        chunks = [row.pending[:-1] for row in unique]
         lengths = [len(c) for c in chunks]
         width = max(lengths)
         if width:
@@ -281,8 +305,11 @@ class BatchGenerator:
             for c in merged:
                 c.finalize()
             mx.eval([c.state for c in merged])
-        for row, chunk in zip(group, chunks):
-            row.tokens += chunk
+        if len(unique) < len(group):
+            for c in merged:
+                c.filter(pick)  # repeated indices copy a row
+        for row in group:
+            row.tokens += row.pending[:-1]
             row.pending = row.pending[-1:]
         return merged
 
