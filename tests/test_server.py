@@ -443,6 +443,8 @@ def test_null_parameters_take_their_defaults(tiny):
     assert len(r.json()["choices"]) == 1 and r.json()["usage"]["completion_tokens"] == 3
     r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, seed=-5, temperature=1.0), timeout=60)
     assert r.status_code == 200, r.text  # OpenAI's seeds are 64-bit signed
+    r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, user="alice"), timeout=60)
+    assert r.status_code == 200, r.text  # an end-user id for OpenAI's abuse monitoring: accepted
 
 
 @pytest.mark.parametrize(
@@ -539,6 +541,7 @@ def test_error_statuses(tiny, body, status, param, words):
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert (error["param"] or "") == (param or "") and words in error["message"]
+    assert error["code"], "every error names a machine-readable code"
 
 
 def test_auth_and_body_size(tiny_strict):

@@ -40,7 +40,8 @@ class APIError(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
-def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:
+    """A 400 `invalid_request_error`; `code` names the kind for clients (OpenAI's codes where one fits)."""
     return APIError(400, message, param=param, code=code)
 
 

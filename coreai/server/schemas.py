@@ -171,6 +171,7 @@ class SamplingFields(Request):
     stream: bool = False
     stream_options: StreamOptions | None = None
     structured_outputs: StructuredOutputs | None = None
+    user: str | None = None  # OpenAI's end-user id, for its abuse monitoring: nothing to do on a local server
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self):
