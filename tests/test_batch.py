@@ -186,25 +186,28 @@ class CountingNetwork:
 @pytest.mark.parametrize("prefill_step_size", [8, 512])
 def test_rows_with_one_prompt_prefill_it_once(tiny_model, prefill_step_size):
     """Three seeded choices of one long prompt and three of one short prompt (what the server's `n`
-    adds) arrive together: each prompt goes through the network once, whether it prefills in
-    chunks (a long prompt: the others copy its KV cache) or in one pass (rows in the same state share
-    a row of it), and every choice equals its single generation."""
+    adds) arrive together, with a prompt that shares the long one's start: each prompt goes through
+    the network once, whether it prefills in chunks (a long prompt: the others copy its KV cache, as
+    far as they share it) or in one pass (rows in the same state share a row of it), and every
+    choice equals its single generation."""
     long = tiny_model.prompt_ids("alpha beta gamma delta " * 6, chat_template=False)
     short = tiny_model.prompt_ids("One, two,", chat_template=False)
+    branch = long[:12] + short  # shares long's first chunk of 8, not its second
     reqs = [
         (ids, lambda s=seed: SamplingStrategy(SamplingParams(temperature=0.9, seed=s)), dict(max_tokens=6))
-        for ids in (long, short)
-        for seed in (1, 2, 3)
+        for ids in (long, short, branch)
+        for seed in (1, 2, 3)[: 1 if ids is branch else 3]
     ]
     single = [tiny_model.generate(ids, strategy=make(), **options) for ids, make, options in reqs]
     assert len({tuple(r.token_ids) for r in single}) > 2  # the seeds differ, so a shared row would show
     network = CountingNetwork(tiny_model.network)
-    batch = BatchGenerator(network, tiny_model.tokenizer, max_batch=6, prefill_step_size=prefill_step_size)
+    batch = BatchGenerator(network, tiny_model.tokenizer, max_batch=7, prefill_step_size=prefill_step_size)
     batched = run_together(batch, reqs)
     for i, r in enumerate(single):
         assert batched[i].token_ids == r.token_ids, i
-    assert len(long) > 9 and 2 < len(short) < 9
-    assert sum(row[:3] == long[:3] for row in network.fed) == 1  # its first (or only) prefill chunk
+    assert len(long) > 16 and 2 < len(short) < 9
+    # In chunks of 8, `branch` copies long's first chunk; in one pass it is a row of its own.
+    assert sum(row[:3] == long[:3] for row in network.fed) == (1 if prefill_step_size == 8 else 2)
     assert sum(row[:2] == short[:2] for row in network.fed) == 1
 
 
