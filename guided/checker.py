@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from guided.spec import SUBSCHEMA_LIST, SUBSCHEMA_MAP, pointer
+from guided.spec import SUBSCHEMA_LIST, SUBSCHEMA_MAP, pointer, resolve_local_ref
 from guided.validation import validator_for
 
 # Keywords whose error on an object or array stays as members are added (an excess or a duplicate is
@@ -70,21 +70,6 @@ def _matches(pattern: tuple, path: tuple) -> bool:
     return len(pattern) == len(path)
 
 
-def _resolve(root, ref) -> tuple[tuple, object] | None:
-    """(schema path, subschema) a local `$ref` ("#", "#/$defs/a") points to; None for other refs."""
-    if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
-        return None
-    node, path = root, ()
-    for part in ref[2:].split("/") if ref != "#" else ():
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            part = int(part)
-        elif not isinstance(node, dict) or part not in node:
-            return None
-        node, path = node[part], path + (part,)
-    return path, node
-
-
 def instance_patterns(schema, keyword_paths: set[tuple]) -> set[tuple]:
     """The instance-path patterns of the schemas that hold a keyword in `keyword_paths` (schema paths
     of the keywords themselves, e.g. ("properties", "tags", "uniqueItems")). A `$ref` that cannot be
@@ -98,7 +83,7 @@ def instance_patterns(schema, keyword_paths: set[tuple]) -> set[tuple]:
         if spath in holders:
             patterns.add(ipath)
         if "$ref" in node:
-            target = _resolve(schema, node["$ref"])
+            target = resolve_local_ref(schema, node["$ref"])
             if target is None or target[0] in active:
                 patterns.add(ipath + ("**",))
             else:

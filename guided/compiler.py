@@ -185,23 +185,6 @@ def _ref_target(ref) -> tuple | None:
     return None
 
 
-def _self_reference(schema) -> str:
-    """The pointer of a `$ref` through which the schema refers to itself with nothing in between
-    (`{"$ref": "#"}`, a definition that is its own `$ref`, a cycle of definitions that are only
-    refs); "" if none is found."""
-    for path in _keyword_paths(schema, "$ref"):
-        seen: set[tuple] = set()
-        while (target := _ref_target(_get_or_none(schema, path))) is not None:
-            if path[: len(target)] == target or target in seen:  # inside its own target, or a cycle
-                return pointer(target + ("$ref",) if target in seen else path)
-            seen.add(target)
-            node = _get_or_none(schema, target)
-            if not isinstance(node, dict) or "$ref" not in node:
-                break
-            path = target + ("$ref",)
-    return ""
-
-
 def _get_or_none(schema, path):
     try:
         return _get(schema, path)
@@ -221,11 +204,10 @@ def _refusal(spec: GrammarSpec, message: str) -> GrammarError | None:
             return GrammarError(
                 f"the {spec.kind} grammar can produce no finite text (a rule that only refers to itself?)"
             )
-        where = _self_reference(spec.schema)
-        detail = f" through the $ref at {where}" if where else ""
+        # The common cases (a $ref cycle with nothing in between) are refused earlier, with a pointer,
+        # by `guided.spec.check_finite`.
         return SchemaError(
-            f"no finite JSON value satisfies the schema: it refers to itself{detail} without ever reaching a value",
-            where,
+            "no finite JSON value satisfies the schema: it refers to itself without ever reaching a value"
         )
     if is_json and (m := re.search(r"Pointer '([^']*)' does not exist", message)):
         refs = [

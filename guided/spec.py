@@ -203,20 +203,26 @@ def check_metaschema(schema) -> None:
         raise SchemaError(f"invalid schema at {where or '/'}: {error.message}", where)
 
 
-def resolve_local_ref(root, ref: str):
-    """The subschema a local `$ref` ("#/definitions/a~1b") points to in `root`, or None."""
-    if not isinstance(ref, str) or not ref.startswith("#/"):
+def resolve_local_ref(root, ref) -> tuple[tuple, Any] | None:
+    """(schema path, subschema) a local `$ref` ("#", "#/$defs/a~1b", "#/allOf/0") points to in
+    `root`; None for any other ref or a pointer to nothing."""
+    if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
         return None
-    node = root
-    for part in ref[2:].split("/"):
+    node, path = root, ()
+    for part in ref[2:].split("/") if ref != "#" else ():
         part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            part = int(part)
+        elif not isinstance(node, dict) or part not in node:
             return None
-    return node
+        node, path = node[part], path + (part,)
+    return path, node
+
+
+def _ref_node(root, node):
+    """The subschema a subschema's local `$ref` points to, or None."""
+    target = resolve_local_ref(root, node.get("$ref"))
+    return target and target[1]
 
 
 def _intersected(root) -> set[int]:
@@ -236,7 +242,7 @@ def _intersected(root) -> set[int]:
         seen.add(id(node))
         for key in ("allOf", "anyOf", "oneOf"):
             stack += node.get(key, []) if isinstance(node.get(key), list) else []
-        stack += [node.get("then"), node.get("else"), resolve_local_ref(root, node.get("$ref"))]
+        stack += [node.get("then"), node.get("else"), _ref_node(root, node)]
     return seen
 
 
@@ -257,7 +263,7 @@ def _under_exclusion(root) -> set[int]:
         for _, sub in subschemas(node):
             if isinstance(sub, dict) and id(sub) not in seen:
                 seen.add(id(sub))
-                stack.append(resolve_local_ref(root, sub.get("$ref")))
+                stack.append(_ref_node(root, sub))
     return seen
 
 
@@ -398,6 +404,99 @@ def check_property_patterns(schema) -> None:
                 ) from None
 
 
+def _list(node: dict, key: str) -> list:
+    value = node.get(key)
+    return value if isinstance(value, list) else []
+
+
+def check_finite(schema) -> None:
+    """Refuse a schema that no finite JSON value satisfies because every value of it must hold
+    another value of a schema it is already inside: a required property, or a required array item,
+    that refers back through `$ref` (`{"type": "object", "properties": {"next": {"$ref": "#"}},
+    "required": ["next"]}`), and `{"not": {}}`. The engine compiles such a grammar, and decoding could
+    only fail. Sound, not complete: a smallest value never holds, on one path, two values of the same
+    subschema (the inner one could replace the outer one), so a cycle counts as no value; anything not
+    understood here counts as satisfiable. Raises SchemaError with the pointer of the keyword to blame."""
+    known: set[int] = set()  # ids of subschemas that have a finite value (sound whatever the path)
+    legacy = isinstance(schema, dict) and "draft-0" in str(schema.get("$schema", ""))
+    budget = [100_000]  # subschema visits; past it the schema is left to the engine
+
+    def finite(node, path: tuple, active: frozenset) -> tuple | None:
+        """None when `node` may have a finite value, else the schema path to blame (`false` is left to
+        the engine, which names it)."""
+        if not isinstance(node, dict) or id(node) in known:
+            return None
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise RecursionError("too many subschemas to follow")
+        blame = members(node, path, active | {id(node)})
+        if blame is None:
+            known.add(id(node))
+        return blame
+
+    def members(node: dict, path: tuple, active: frozenset) -> tuple | None:
+        if node.get("not") is True or node.get("not") == {}:
+            return path + ("not",)
+        target = resolve_local_ref(schema, node.get("$ref"))
+        if target is not None:
+            if id(target[1]) in active:  # a value of it inside a value of it: the cycle closes here
+                return path + ("$ref",)
+            if (blame := finite(target[1], target[0], active)) is not None:
+                return blame
+            if legacy:  # before draft 2019-09, keywords beside a $ref are ignored
+                return None
+        for i, sub in enumerate(_list(node, "allOf")):
+            if (blame := finite(sub, path + ("allOf", i), active)) is not None:
+                return blame
+        for key in ("anyOf", "oneOf"):
+            blames = [finite(sub, path + (key, i), active) for i, sub in enumerate(_list(node, key))]
+            if blames and all(b is not None for b in blames):
+                return blames[0]
+        types = node.get("type", [])
+        types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+        blames = []
+        if "object" in types:
+            blames.append(required_properties(node, path, active))
+        if "array" in types:
+            blames.append(required_items(node, path, active))
+        # Without "type", or with a scalar type beside, a scalar value may satisfy it.
+        return blames[0] if blames and len(blames) == len(types) and all(b is not None for b in blames) else None
+
+    def required_properties(node: dict, path: tuple, active: frozenset) -> tuple | None:
+        properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        for name in _list(node, "required"):
+            blame = finite(properties[name], path + ("properties", name), active) if name in properties else None
+            if blame is not None:
+                return blame
+        return None
+
+    def required_items(node: dict, path: tuple, active: frozenset) -> tuple | None:
+        least = node.get("minItems", 0)
+        prefix_key = "prefixItems" if isinstance(node.get("prefixItems"), list) else "items"
+        prefix = _list(node, prefix_key)
+        for i, sub in enumerate(prefix[:least] if isinstance(least, int) else []):
+            if (blame := finite(sub, path + (prefix_key, i), active)) is not None:
+                return blame
+        rest = node.get("items") if prefix_key == "prefixItems" or not prefix else node.get("additionalItems")
+        if isinstance(least, int) and least > len(prefix) and isinstance(rest, (dict, bool)):
+            return finite(rest, path + ("items" if rest is node.get("items") else "additionalItems",), active)
+        return None
+
+    try:
+        blame = finite(schema, (), frozenset())
+    except RecursionError:  # too long a chain of references, or too many: left to the engine
+        return
+    if blame is not None:
+        where = pointer(blame)
+        reason = (
+            f"`not` at {where} excludes every value"
+            if blame[-1] == "not"
+            else f"it refers to itself through the $ref at {where} without ever reaching a value (every value "
+            "would need another value of that schema inside it)"
+        )
+        raise SchemaError(f"no finite JSON value satisfies the schema: {reason}", where)
+
+
 @functools.lru_cache(maxsize=256)
 def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient: bool) -> GrammarSpec:
     """The `GrammarSpec` of a schema given as canonical JSON text, memoized: the metaschema check and
@@ -409,6 +508,7 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     check_property_patterns(schema)
     if schema is False:
         raise SchemaError("the schema `false` accepts no value")
+    check_finite(schema)
     compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
     compiled = exact_formats(compiled) if isinstance(compiled, dict) else compiled
     if compiled is True:  # llguidance applies options only to object schemas; {} means the same as true

@@ -60,7 +60,7 @@ def test_schema_depth_limit_in_a_session(qwen_model):
     [
         ({"$ref": "#"}, "/$ref"),
         ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
-        ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/a/$ref"),
+        ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "/$defs/b/$ref"),
     ],
 )
 def test_self_reference_without_a_value(info, schema, where):

@@ -192,6 +192,67 @@ def test_strict_mode(info, toy):
     assert "strict" not in str(err.value)
 
 
+NEXT = {"$ref": "#"}
+
+
+@pytest.mark.parametrize(
+    "schema, where",
+    [
+        ({"type": "object", "properties": {"next": NEXT}, "required": ["next"]}, "/properties/next/$ref"),
+        (
+            {
+                "$defs": {
+                    "node": {"type": "object", "properties": {"kids": {"$ref": "#/$defs/kids"}}, "required": ["kids"]},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1},
+                },
+                "$ref": "#/$defs/node",
+            },
+            "/$defs/kids/items/$ref",
+        ),
+        ({"type": "array", "prefixItems": [{"type": "integer"}, NEXT], "minItems": 2}, "/prefixItems/1/$ref"),
+        ({"anyOf": [{"not": {}}, {"allOf": [{"not": True}]}]}, "/anyOf/0/not"),
+    ],
+)
+def test_schema_with_no_finite_value_is_refused(schema, where):
+    """Every value would have to hold another value of the same schema (or `not` excludes all): no
+    finite output exists, so the schema is refused before decoding rather than failing during it."""
+    with pytest.raises(SchemaError, match="no finite JSON value") as err:
+        make_spec(schema=schema)
+    assert err.value.pointer == where
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"next": NEXT}},  # optional
+        {"type": ["object", "null"], "properties": {"next": NEXT}, "required": ["next"]},  # null ends it
+        {"type": "object", "properties": {"next": {"anyOf": [NEXT, {"type": "null"}]}}, "required": ["next"]},
+        {"type": "array", "items": NEXT},  # [] ends it
+        {"properties": {"next": NEXT}, "required": ["next"]},  # any non-object ends it
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "definitions": {"a": {}},
+            "$ref": "#/definitions/a",
+            "type": "object",
+            "properties": {"next": NEXT},
+            "required": ["next"],
+        },  # draft 7 ignores $ref's siblings
+    ],
+)
+def test_recursive_schema_with_a_finite_value_compiles(info, schema):
+    compile_grammar(make_spec(schema=schema), info)
+
+
+def test_a_chain_of_references_too_long_to_follow_is_left_to_the_engine(info):
+    """The check gives up (Python's recursion limit) rather than fail the request; decoding such a
+    schema then ends in `error`, as before the check existed."""
+    chain = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(600)}
+    chain["d600"] = {"type": "object", "properties": {"next": {"$ref": "#/$defs/d0"}}, "required": ["next"]}
+    compile_grammar(make_spec(schema={"$defs": chain, "$ref": "#/$defs/d0"}), info)
+    chain["d600"]["required"] = []
+    compile_grammar(make_spec(schema={"$defs": chain, "$ref": "#/$defs/d0"}), info)
+
+
 def test_schema_inputs(info, toy, tmp_path):
     from pydantic import BaseModel
 
