@@ -76,6 +76,11 @@ class Row:
     logits: mx.array | None = None  # [rows, vocab], lazy until the step
 
 
+def _state(row: Row) -> tuple:
+    """What a waiting row's prefill depends on: the tokens in its KV cache and the rest of its prompt."""
+    return tuple(row.tokens), tuple(row.pending)
+
+
 class BatchGenerator:
     """Runs many generations in one batch on one thread; not thread-safe (the server's worker owns it).
 
@@ -233,7 +238,8 @@ class BatchGenerator:
         """Cancelled waiting rows end; waiting rows prefill and join the batch once only their last
         prompt token is left (that token is fed with the batch). Rows whose remaining prompts fit one
         chunk prefill together in ONE pass (as mlx-lm's `BatchGenerator` prefills a batch of prompts),
-        up to the free rows and `2 * prefill_step_size` padded positions, so several requests arriving
+        up to the free rows and `2 * prefill_step_size` padded positions (rows in the same state, which
+        share a row of the pass, count once), so several requests arriving
         together pause the running rows once, not once each. A longer prompt prefills alone, one chunk
         per step; while one does, steps alternate between its chunks and the short prompts, so a short
         request does not wait for a long prompt's whole prefill, nor a long one forever."""
@@ -254,7 +260,7 @@ class BatchGenerator:
         group: list[Row] = []
         for row in short[:room]:
             width = max(len(r.pending) - 1 for r in group + [row])
-            if group and (len(group) + 1) * width > 2 * self.prefill_step_size:
+            if group and len({_state(r) for r in group + [row]}) * width > 2 * self.prefill_step_size:
                 break
             group.append(row)
         self._join(group, self._prefill_together(group))
@@ -291,7 +297,7 @@ class BatchGenerator:
         share one row of that pass, copied out after it. Returns the batched caches, one per layer,
         rows in order."""
         states = {}
-        pick = [states.setdefault((tuple(row.tokens), tuple(row.pending)), len(states)) for row in group]
+        pick = [states.setdefault(_state(row), len(states)) for row in group]
         unique = [group[pick.index(k)] for k in range(len(states))]
         merged = [type(layer[0]).merge(list(layer)) for layer in zip(*(row.cache for row in unique))]
         chunks = [row.pending[:-1] for row in unique]
