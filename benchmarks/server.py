@@ -3,7 +3,9 @@
 1. decode tok/s of the same greedy request through the server (streamed, measured by the client)
    and in process (`Model.generate`), both with a warm prompt cache; the target is a ratio >= 0.95;
 2. TTFT of a request with a long shared system prompt, with the prefix cache warm (an earlier
-   request had the same system prompt) and cold (the cache holds another prompt).
+   request had the same system prompt) and cold (a system prompt the cache never saw);
+3. TTFT of the last choice of a request for n=4 sampled choices of an uncached long prompt, beside
+   n=1 (the choices prefill the prompt once, so the two should be close).
 
     python -m benchmarks.server [MODEL] [--max-tokens 64] [--repeats 3] [--out bench_server.json]
 
@@ -70,6 +72,22 @@ def _stream(base: str, messages, max_tokens: int) -> dict:
         "cached_tokens": r["usage"]["prompt_tokens_details"]["cached_tokens"],
         "prompt_tokens": r["usage"]["prompt_tokens"],
     }
+
+
+def _choices_ttft(base: str, messages, n: int) -> float:
+    """Seconds until every one of `n` sampled choices has streamed its first content."""
+    import httpx
+
+    body = {"model": "bench", "messages": messages, "max_tokens": 2, "n": n, "temperature": 0.8, "stream": True}
+    start, first = time.perf_counter(), {}
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=1800) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    if choice["delta"].get("content"):
+                        first.setdefault(choice["index"], time.perf_counter() - start)
+    return max(first.values())
 
 
 RECORD = {
@@ -385,12 +403,14 @@ def main(argv=None) -> int:
             local.append(model.generate(QUESTION, max_tokens=args.max_tokens, sampling=greedy, prompt_cache=cache))
             served.append(_stream(base, QUESTION, args.max_tokens))
         shared = [{"role": "system", "content": SYSTEM}]
-        other = [{"role": "system", "content": "You are terse."}]
         ask = [{"role": "user", "content": "Which rule is about examples?"}]
         _stream(base, shared + [{"role": "user", "content": "Hello."}], 8)
-        warm = _stream(base, shared + ask, 8)
-        _stream(base, other + ask, 8)  # the cache now holds another prompt
-        cold = _stream(base, shared + ask, 8)
+        warm = _stream(base, shared + ask, 8)  # the system prompt is cached
+        # The prefix cache holds several prompts (LRU), so a cold prompt is one it never saw.
+        cold = _stream(base, [{"role": "system", "content": "Team C. " + SYSTEM}] + ask, 8)
+        # A long prompt the prefix cache does not hold, for 1 and for 4 choices: they prefill it once.
+        one = _choices_ttft(base, [{"role": "system", "content": "Team A. " + SYSTEM}] + ask, 1)
+        four = _choices_ttft(base, [{"role": "system", "content": "Team B. " + SYSTEM}] + ask, 4)
 
     results = {
         "model": model.name,
@@ -409,6 +429,7 @@ def main(argv=None) -> int:
             "ttft_saved": cold["ttft"] - warm["ttft"],
         },
     }
+    results["n_choices_ttft"] = {"prompt_tokens": cold["prompt_tokens"], "n1": one, "n4": four}
     results["server_over_in_process"] = results["server_decode_tps"] / max(results["in_process_decode_tps"], 1e-9)
     pc = results["prefix_cache"]
     print(
@@ -418,6 +439,10 @@ def main(argv=None) -> int:
     print(
         f"TTFT, {pc['prompt_tokens']}-token prompt: cold {pc['ttft_cold']:.3f} s ({pc['cached_tokens_cold']} cached), "
         f"warm {pc['ttft_warm']:.3f} s ({pc['cached_tokens_warm']} cached), saved {pc['ttft_saved']:.3f} s"
+    )
+    print(
+        f"TTFT of the last of n sampled choices, uncached {pc['prompt_tokens']}-token prompt: n=1 {one:.2f} s, "
+        f"n=4 {four:.2f} s"
     )
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
