@@ -379,6 +379,52 @@ def test_stop_with_a_forced_tool_call_is_refused(tiny, tool_choice):
     assert auto.status_code == 200, auto.text
 
 
+def _tool(parameters) -> list[dict]:
+    return [{"type": "function", "function": {"name": "tag", "parameters": parameters}}]
+
+
+@pytest.mark.parametrize(
+    "parameters, where, words",
+    [
+        (
+            {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
+            "/properties/tags/uniqueItems",
+            "uniqueItems",
+        ),
+        (
+            {"type": "object", "properties": {"url": {"type": "string", "format": "uri-reference"}}},
+            "/properties/url/format",
+            "format",
+        ),
+        ({"type": "object", "not": {"required": ["x"]}}, "/not", "not"),
+    ],
+)
+def test_tool_parameters_needing_validate_and_rollback_are_refused(tiny, parameters, where, words):
+    """Validate-and-rollback runs for response_format, not inside tool calls: such a keyword in a
+    tool's parameters is a clear 400 naming it (it was a 400 quoting the whole internal grammar)."""
+    for tool_choice in ("auto", "required"):
+        r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(tools=_tool(parameters), tool_choice=tool_choice))
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "tools[0].function.parameters" and error["code"] == "unsupported_schema_feature"
+        assert words in error["message"] and where in error["message"] and "%json" not in error["message"]
+
+
+@pytest.mark.parametrize("parameters", [{"type": "string"}, {"type": "array"}, {"type": ["object", "null"]}])
+def test_tool_parameters_must_be_an_object_schema(tiny, parameters):
+    """Arguments are a JSON object (clients call fn(**arguments)); OpenAI refuses other schemas too."""
+    r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(tools=_tool(parameters), tool_choice="required"))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "tools[0].function.parameters" and "object" in r.json()["error"]["message"]
+
+
+def test_reasoning_effort_on_a_model_that_does_not_reason_is_refused(tiny):
+    """A field the server cannot honour is a 400 naming it (it was silently ignored)."""
+    r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(reasoning_effort="low"))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "reasoning_effort" and "does not reason" in r.json()["error"]["message"]
+
+
 def test_tool_call_stream_deltas(tiny):
     stream = client(tiny).chat.completions.create(
         model="tiny",

@@ -107,7 +107,15 @@ class Constraints:
             except SchemaError as exc:
                 raise from_library_error(exc, param) from None
             # Compiled alone first, so an unenforceable keyword is reported with this tool's pointer.
-            self._session(param, req, schema=schemas[tool.function.name], strict=False)
+            alone = self._session(param, req, schema=schemas[tool.function.name], strict=False)
+            checked = [e for e in alone.enforcement if e.how == "validate-and-rollback"]
+            if checked:  # the checker follows a JSON output from its first byte, not a call inside markup
+                raise bad_request(
+                    f"cannot enforce {checked[0].keyword} at {checked[0].pointer} in a tool call: the grammar "
+                    "cannot express it, and validate-and-rollback works for response_format only",
+                    param,
+                    "unsupported_schema_feature",
+                )
         allowed = {f.name: schemas[f.name] for f in functions}
         # A named function means exactly one call of it, as OpenAI does, whatever parallel_tool_calls says.
         parallel = req.parallel_tool_calls and not isinstance(req.tool_choice, NamedToolChoice)

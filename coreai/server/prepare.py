@@ -77,6 +77,12 @@ class Preparer:
 
     def chat(self, req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         """A chat request's generation and constraint (renders the template; 400 on bad input)."""
+        if req.reasoning_effort is not None and self.model.tokenizer.reasoning_markers is None:
+            raise bad_request(
+                "reasoning_effort: this model does not reason (its chat template has no reasoning markers)",
+                "reasoning_effort",
+                "unsupported_parameter",
+            )
         constraint = self.constraints.for_chat(req)
         tools = (
             [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None

@@ -32,6 +32,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from guided.errors import SchemaError
 from guided.spec import check_metaschema, close_objects
 from guided.validation import check_json
 
@@ -51,6 +52,11 @@ def parameters_schema(function) -> dict:
     schema that is not valid against its metaschema."""
     schema = function.parameters if function.parameters is not None else {"type": "object", "properties": {}}
     check_metaschema(schema)
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        # Arguments are a JSON object (clients call fn(**arguments)); OpenAI refuses other schemas too.
+        got = schema.get("type") if isinstance(schema, dict) else schema
+        raise SchemaError(f'tool parameters must be a JSON Schema of "type": "object", got {json.dumps(got)}')
+    schema = {"type": "object", **schema}  # without "type", any JSON value would match
     return schema if function.strict is False else close_objects(schema)
 
 
