@@ -129,6 +129,9 @@ class Sequence:
         self.appended: list[int] = []  # the tokens it appended to the output
         self.drafted = 0  # draft tokens fed in the last forward pass
         self.held: list[tuple[int, mx.array | None]] = []  # output not streamed yet (Step.hold), with logprobs
+        # Tokens whose text the stop-string matcher holds back, with how many of its held characters
+        # are theirs (None: the rest of a token already streamed).
+        self.stop_wait: list[tuple[tuple[int, mx.array | None] | None, int]] = []
         self.last_prompt_token = prompt_ids[-1]
         self.refeed = False  # the last step appended nothing: score the last kept token again
 
@@ -194,28 +197,51 @@ class Sequence:
         (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop"."""
         release = len(self.held) if self.finish is not None else max(0, len(self.held) - self.step.hold)
         emitted, self.held = self.held[:release], self.held[release:]
-        text = ""
-        for i, (t, _) in enumerate(emitted):
-            self.detok.add_token(t)
-            piece, hit = self.stops.feed(self.detok.last_segment)
+        text, streamed = "", []
+        for i, entry in enumerate(emitted):
+            self.detok.add_token(entry[0])
+            segment = self.detok.last_segment
+            piece, hit = self.stops.feed(segment)
             text += piece
+            streamed += self._stream_tokens(entry, len(segment), len(piece), hit)
             if hit:
                 self.finish, self.stop_string = "stop", hit
                 del self.out[len(self.out) - (len(emitted) - i - 1) - len(self.held) :]
-                emitted, self.held = emitted[: i + 1], []
+                self.held = []
                 break
         else:
             if self.finish is not None:
                 self.detok.finalize()
-                piece, hit = self.stops.feed(self.detok.last_segment)
-                text += piece if hit else piece + self.stops.flush()
+                segment = self.detok.last_segment
+                piece, hit = self.stops.feed(segment)
+                piece = piece if hit else piece + self.stops.flush()
+                text += piece
+                streamed += self._stream_tokens(None, len(segment), len(piece), hit)
                 if hit:
                     self.finish, self.stop_string = "stop", hit
         self.text_parts.append(text)
-        ids, logprobs = [t for t, _ in emitted], [row for _, row in emitted]
+        ids, logprobs = [t for t, _ in streamed], [row for _, row in streamed]
         if self.finish is not None:
             return Delta(text, ids, logprobs, self.finish, self.result())
         return Delta(text, ids, logprobs) if text or ids else None
+
+    def _stream_tokens(self, entry, chars: int, out_chars: int, hit: bool) -> list:
+        """The tokens to stream now: those with some of their text among the `out_chars` characters
+        the stop-string matcher let out of what it held plus the new token's `chars` (`entry`: the
+        token and its logprobs; None for the detokenizer's last bytes). A token that only spells a
+        stop string is never streamed, so the logprobs line up with the text."""
+        self.stop_wait.append((entry, chars))
+        total, start, out, rest = sum(c for _, c in self.stop_wait), 0, [], []
+        for waiting, c in self.stop_wait:
+            if start < out_chars or (out_chars == total and not hit):  # also tokens with no text yet
+                out += [waiting] if waiting is not None else []
+                if start + c > out_chars:
+                    rest.append((None, start + c - out_chars))
+            else:
+                rest.append((waiting, c))
+            start += c
+        self.stop_wait = [] if hit else rest
+        return out
 
     def end(self, finish: str, error: str | None = None) -> Delta:
         """End the sequence outside a step (cancelled during prefill, failed): the last `Delta`."""

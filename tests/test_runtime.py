@@ -104,6 +104,20 @@ def test_stop_string_in_generation_is_trimmed(tiny_model):
     assert result.text == "one two thr"
 
 
+@pytest.mark.parametrize("stop", ["ee fo", " four", "e"])
+@pytest.mark.parametrize("per_step", [1, 3])
+def test_streamed_tokens_are_those_of_the_text_a_stop_string_leaves(tiny_model, stop, per_step):
+    """A token is streamed (with its logprobs) iff some of its text is in the output: the tokens
+    that only spell the stop string are not (their logprobs would not line up with the text)."""
+    ids = tiny_model.tokenizer.encode("one two three four five", add_special_tokens=False)
+    deltas = list(tiny_model.stream("x", strategy=ForcedStrategy(ids, per_step), stop=[stop], max_tokens=50))
+    text = deltas[-1].result.text
+    streamed = [t for d in deltas for t in d.token_ids]
+    assert all(len(d.logprobs or []) == len(d.token_ids) for d in deltas if d.logprobs is not None)
+    decode = tiny_model.tokenizer.decode
+    assert decode(streamed).startswith(text) and len(decode(streamed[:-1])) < len(text), (text, decode(streamed))
+
+
 def test_utf8_streaming_never_splits_characters(tiny_model):
     text = "深圳湾公园 🚀🎉 naïve “quotes” 한국어"
     ids = tiny_model.tokenizer.encode(text, add_special_tokens=False)

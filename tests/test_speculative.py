@@ -209,12 +209,15 @@ def test_a_stop_string_ends_the_tokens_too(qwen_model):
     """A step with several accepted draft tokens is cut at the token that completes the stop string:
     ids, usage and logprobs as without speculation."""
     prompt = "Repeat this text exactly, nothing else: 'alpha beta gamma delta alpha beta gamma delta'"
-    plain = qwen_model.generate(prompt, max_tokens=16, stop=["a b"], logprobs=True)
+    slow = list(qwen_model.stream(prompt, max_tokens=16, stop=["a b"], logprobs=True))
     deltas = list(qwen_model.stream(prompt, max_tokens=16, stop=["a b"], logprobs=True, speculative="prompt_lookup"))
-    fast = deltas[-1].result
+    plain, fast = slow[-1].result, deltas[-1].result
     assert (fast.text, fast.token_ids, fast.usage.completion_tokens) == (
         plain.text,
         plain.token_ids,
         plain.usage.completion_tokens,
     )
-    assert [t for d in deltas for t in d.token_ids] == fast.token_ids
+    streamed = [t for d in deltas for t in d.token_ids]
+    assert streamed == [t for d in slow for t in d.token_ids]
+    # The tokens that only spell the stop string are generated (usage) but not streamed.
+    assert streamed == fast.token_ids[: len(streamed)] and len(streamed) < len(fast.token_ids)
