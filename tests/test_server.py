@@ -478,7 +478,16 @@ def test_null_parameters_take_their_defaults(tiny):
         (chat_body(top_p=0), 400, "top_p", "top_p must be in (0, 1]"),
         (chat_body(repetition_penalty=0), 400, "repetition_penalty", "repetition_penalty must be a finite number > 0"),
         (chat_body(max_tokens=100000), 400, "max_tokens", "<= 480"),
-        (chat_body(top_logprobs=2), 400, "", "requires logprobs"),
+        # Model validators about one field name it, as a field validator would.
+        (chat_body(top_logprobs=2), 400, "top_logprobs", "top_logprobs: top_logprobs requires logprobs"),
+        (chat_body(tool_choice="auto"), 400, "tool_choice", "tool_choice: tool_choice is only allowed"),
+        (chat_body(tools=[], tool_choice="auto"), 400, "tool_choice", "tool_choice: tool_choice is only allowed"),
+        (
+            chat_body(stream_options={"include_usage": True}),
+            400,
+            "stream_options",
+            "stream_options: stream_options is only allowed",
+        ),
         (chat_body(response_format=BAD_SCHEMA), 400, "response_format.json_schema.schema", "/properties/a/type"),
         (chat_body(response_format=UNENFORCEABLE), 400, "response_format.json_schema.schema", "/properties/a/format"),
         (chat_body(structured_outputs={"regex": "(unclosed"}), 400, "structured_outputs.regex", "regex"),

@@ -176,7 +176,7 @@ class SamplingFields(Request):
     @model_validator(mode="after")
     def _stream_options_need_stream(self):
         if self.stream_options is not None and not self.stream:
-            raise ValueError("stream_options is only allowed with stream: true")
+            raise field_error("stream_options", "stream_options is only allowed with stream: true", self.stream_options)
         return self
 
     @model_validator(mode="before")
@@ -223,9 +223,9 @@ class ChatCompletionRequest(SamplingFields):
     @model_validator(mode="after")
     def _consistent(self):
         if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs requires logprobs: true")
+            raise field_error("top_logprobs", "top_logprobs requires logprobs: true", self.top_logprobs)
         if self.tool_choice is not None and not self.tools:
-            raise ValueError("tool_choice is only allowed when tools are given")
+            raise field_error("tool_choice", "tool_choice is only allowed when tools are given", self.tool_choice)
         return self
 
     def output_constrained(self) -> bool:
