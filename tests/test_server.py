@@ -299,6 +299,10 @@ def test_completions_legacy(tiny):
         for c in chunk.choices:
             texts[c.index] += c.text
     assert texts == [c.text for c in r.choices]
+    # Strict JSON types here too: a token id is not true, logprobs (a count) is not true.
+    for bad in (dict(prompt=[1, True]), dict(logprobs=True, prompt="x")):
+        r = httpx.post(tiny + "/v1/completions", json=dict(model="tiny", max_tokens=2, **bad), timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith(next(iter(bad))), r.text
 
 
 @pytest.mark.parametrize(
@@ -445,6 +449,11 @@ def test_null_parameters_take_their_defaults(tiny):
     assert r.status_code == 200, r.text  # OpenAI's seeds are 64-bit signed
     r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, user="alice"), timeout=60)
     assert r.status_code == 200, r.text  # an end-user id for OpenAI's abuse monitoring: accepted
+    # A float field takes a JSON integer; logit_bias keys are token ids as JSON object keys (strings).
+    r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, temperature=1, top_p=1), timeout=60)
+    assert r.status_code == 200, r.text
+    r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, logit_bias={"15": 5}), timeout=60)
+    assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize(
@@ -533,6 +542,19 @@ def test_null_parameters_take_their_defaults(tiny):
         ),
         (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
         (chat_body(seed=2**64), 400, "seed", "less than"),
+        # JSON types are strict, as OpenAI's: no true for 1, no "yes" for true, no 1.0 for an integer.
+        (chat_body(stream="yes"), 400, "stream", "valid boolean"),
+        (chat_body(max_tokens=True), 400, "max_tokens", "valid integer"),
+        (chat_body(n=1.0), 400, "n", "valid integer"),
+        (chat_body(logprobs=1), 400, "logprobs", "valid boolean"),
+        (chat_body(temperature="1"), 400, "temperature", "valid number"),
+        (
+            chat_body(stream=True, stream_options={"include_usage": "true"}),
+            400,
+            "stream_options.include_usage",
+            "boolean",
+        ),
+        (chat_body(logit_bias={"1": True}), 400, "logit_bias.1", "valid number"),
         (chat_body(stop=['"'], response_format={"type": "json_object"}), 400, "stop", "stop cannot be combined"),
         (chat_body(stop="}", structured_outputs={"regex": "[a-z]+"}), 400, "stop", "stop cannot be combined"),
         (
