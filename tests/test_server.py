@@ -76,6 +76,10 @@ def test_health_models_and_docs(tiny):
     assert httpx.get(tiny + "/health").json() == {"status": "ok", "model": "tiny", "running": 0, "waiting": 0}
     models = client(tiny).models.list()
     assert [m.id for m in models.data] == ["tiny"]
+    assert client(tiny).models.retrieve("tiny") == models.data[0]
+    unknown = httpx.get(tiny + "/v1/models/gpt-4o")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    assert unknown.json()["error"]["param"] == "model" and "gpt-4o" in unknown.json()["error"]["message"]
     spec = httpx.get(tiny + "/openapi.json").json()
     assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(spec["paths"])
     assert httpx.get(tiny + "/docs").status_code == 200
@@ -582,6 +586,7 @@ def test_auth_and_body_size(tiny_strict):
     wrong = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
     assert httpx.get(tiny_strict + "/v1/models").status_code == 401
+    assert httpx.get(tiny_strict + "/v1/models/tiny").status_code == 401
     assert httpx.get(tiny_strict + "/health").status_code == 200
     auth = {"Authorization": f"Bearer {KEY}"}
     assert httpx.post(url, json=body, headers=auth).status_code == 200
@@ -594,6 +599,7 @@ def test_auth_and_body_size(tiny_strict):
 
     assert httpx.post(url, content=chunked(), headers=auth).status_code == 413
     assert client(tiny_strict, api_key=KEY).models.list().data[0].id == "tiny"
+    assert client(tiny_strict, api_key=KEY).models.retrieve("tiny").id == "tiny"
 
 
 def test_queue_full_then_dropped_stream_frees_the_worker(tiny_strict):
