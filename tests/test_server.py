@@ -590,6 +590,11 @@ def test_auth_and_body_size(tiny_strict):
     assert httpx.get(tiny_strict + "/health").status_code == 200
     auth = {"Authorization": f"Bearer {KEY}"}
     assert httpx.post(url, json=body, headers=auth).status_code == 200
+    # The scheme is case-insensitive (RFC 7235), the key is not.
+    assert httpx.post(url, json=body, headers={"Authorization": f"bearer {KEY}"}).status_code == 200
+    assert httpx.post(url, json=body, headers={"Authorization": f"BEARER {KEY}"}).status_code == 200
+    assert httpx.post(url, json=body, headers={"Authorization": f"Bearer {KEY.upper()}"}).status_code == 401
+    assert httpx.post(url, json=body, headers={"Authorization": KEY}).status_code == 401
     big = chat_body(messages=[{"role": "user", "content": "x" * 4096}])
     too_large = httpx.post(url, json=big, headers=auth)
     assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "request_too_large"
