@@ -76,6 +76,10 @@ def test_health_models_and_docs(tiny):
     assert httpx.get(tiny + "/health").json() == {"status": "ok", "model": "tiny", "running": 0, "waiting": 0}
     models = client(tiny).models.list()
     assert [m.id for m in models.data] == ["tiny"]
+    assert client(tiny).models.retrieve("tiny") == models.data[0]
+    unknown = httpx.get(tiny + "/v1/models/gpt-4o")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    assert unknown.json()["error"]["param"] == "model" and "gpt-4o" in unknown.json()["error"]["message"]
     spec = httpx.get(tiny + "/openapi.json").json()
     assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(spec["paths"])
     assert httpx.get(tiny + "/docs").status_code == 200
@@ -299,6 +303,10 @@ def test_completions_legacy(tiny):
         for c in chunk.choices:
             texts[c.index] += c.text
     assert texts == [c.text for c in r.choices]
+    # Strict JSON types here too: a token id is not true, logprobs (a count) is not true.
+    for bad in (dict(prompt=[1, True]), dict(logprobs=True, prompt="x")):
+        r = httpx.post(tiny + "/v1/completions", json=dict(model="tiny", max_tokens=2, **bad), timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith(next(iter(bad))), r.text
 
 
 @pytest.mark.parametrize(
@@ -491,6 +499,11 @@ def test_null_parameters_take_their_defaults(tiny):
     assert r.status_code == 200, r.text  # OpenAI's seeds are 64-bit signed
     r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, user="alice"), timeout=60)
     assert r.status_code == 200, r.text  # an end-user id for OpenAI's abuse monitoring: accepted
+    # A float field takes a JSON integer; logit_bias keys are token ids as JSON object keys (strings).
+    r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, temperature=1, top_p=1), timeout=60)
+    assert r.status_code == 200, r.text
+    r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(max_tokens=2, logit_bias={"15": 5}), timeout=60)
+    assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize(
@@ -524,7 +537,16 @@ def test_null_parameters_take_their_defaults(tiny):
         (chat_body(top_p=0), 400, "top_p", "top_p must be in (0, 1]"),
         (chat_body(repetition_penalty=0), 400, "repetition_penalty", "repetition_penalty must be a finite number > 0"),
         (chat_body(max_tokens=100000), 400, "max_tokens", "<= 480"),
-        (chat_body(top_logprobs=2), 400, "", "requires logprobs"),
+        # Model validators about one field name it, as a field validator would.
+        (chat_body(top_logprobs=2), 400, "top_logprobs", "top_logprobs: top_logprobs requires logprobs"),
+        (chat_body(tool_choice="auto"), 400, "tool_choice", "tool_choice: tool_choice is only allowed"),
+        (chat_body(tools=[], tool_choice="auto"), 400, "tool_choice", "tool_choice: tool_choice is only allowed"),
+        (
+            chat_body(stream_options={"include_usage": True}),
+            400,
+            "stream_options",
+            "stream_options: stream_options is only allowed",
+        ),
         (chat_body(response_format=BAD_SCHEMA), 400, "response_format.json_schema.schema", "/properties/a/type"),
         (chat_body(response_format=UNENFORCEABLE), 400, "response_format.json_schema.schema", "/properties/a/format"),
         (chat_body(structured_outputs={"regex": "(unclosed"}), 400, "structured_outputs.regex", "regex"),
@@ -570,6 +592,19 @@ def test_null_parameters_take_their_defaults(tiny):
         ),
         (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
         (chat_body(seed=2**64), 400, "seed", "less than"),
+        # JSON types are strict, as OpenAI's: no true for 1, no "yes" for true, no 1.0 for an integer.
+        (chat_body(stream="yes"), 400, "stream", "valid boolean"),
+        (chat_body(max_tokens=True), 400, "max_tokens", "valid integer"),
+        (chat_body(n=1.0), 400, "n", "valid integer"),
+        (chat_body(logprobs=1), 400, "logprobs", "valid boolean"),
+        (chat_body(temperature="1"), 400, "temperature", "valid number"),
+        (
+            chat_body(stream=True, stream_options={"include_usage": "true"}),
+            400,
+            "stream_options.include_usage",
+            "boolean",
+        ),
+        (chat_body(logit_bias={"1": True}), 400, "logit_bias.1", "valid number"),
         (chat_body(stop=['"'], response_format={"type": "json_object"}), 400, "stop", "stop cannot be combined"),
         (chat_body(stop="}", structured_outputs={"regex": "[a-z]+"}), 400, "stop", "stop cannot be combined"),
         (
@@ -597,9 +632,15 @@ def test_auth_and_body_size(tiny_strict):
     wrong = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
     assert httpx.get(tiny_strict + "/v1/models").status_code == 401
+    assert httpx.get(tiny_strict + "/v1/models/tiny").status_code == 401
     assert httpx.get(tiny_strict + "/health").status_code == 200
     auth = {"Authorization": f"Bearer {KEY}"}
     assert httpx.post(url, json=body, headers=auth).status_code == 200
+    # The scheme is case-insensitive (RFC 7235), the key is not.
+    assert httpx.post(url, json=body, headers={"Authorization": f"bearer {KEY}"}).status_code == 200
+    assert httpx.post(url, json=body, headers={"Authorization": f"BEARER {KEY}"}).status_code == 200
+    assert httpx.post(url, json=body, headers={"Authorization": f"Bearer {KEY.upper()}"}).status_code == 401
+    assert httpx.post(url, json=body, headers={"Authorization": KEY}).status_code == 401
     big = chat_body(messages=[{"role": "user", "content": "x" * 4096}])
     too_large = httpx.post(url, json=big, headers=auth)
     assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "request_too_large"
@@ -609,6 +650,7 @@ def test_auth_and_body_size(tiny_strict):
 
     assert httpx.post(url, content=chunked(), headers=auth).status_code == 413
     assert client(tiny_strict, api_key=KEY).models.list().data[0].id == "tiny"
+    assert client(tiny_strict, api_key=KEY).models.retrieve("tiny").id == "tiny"
 
 
 def test_queue_full_then_dropped_stream_frees_the_worker(tiny_strict):

@@ -1,5 +1,5 @@
-"""The FastAPI app: `/health`, `/v1/models`, `/v1/chat/completions`, `/v1/completions` (+ `/docs`,
-`/openapi.json`).
+"""The FastAPI app: `/health`, `/v1/models`, `/v1/models/{model}`, `/v1/chat/completions`,
+`/v1/completions` (+ `/docs`, `/openapi.json`).
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,
@@ -69,7 +69,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         warm_grammars(GrammarJournal(config.grammar_journal, info))
     import jsonschema  # noqa: F401 - the final output check's import (seconds) at start-up, not in a first request
 
-    created = int(time.time())
+    card = s.ModelCard(id=name, created=int(time.time()))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -92,10 +92,6 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         running, waiting = engine.worker.load()
         return {"status": "ok", "model": name, "running": running, "waiting": waiting}
 
-    @app.get("/v1/models", response_model=s.ModelList, responses=ERROR_RESPONSES)
-    async def models():
-        return s.ModelList(data=[s.ModelCard(id=name, created=created)])
-
     def check_model(requested: str) -> None:
         if requested != name:
             raise APIError(
@@ -104,6 +100,17 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
                 param="model",
                 code="model_not_found",
             )
+
+    @app.get("/v1/models", response_model=s.ModelList, responses=ERROR_RESPONSES)
+    async def models():
+        return s.ModelList(data=[card])
+
+    # `:path`: a served name may hold slashes ("org/model"), which a client may send unescaped.
+    @app.get("/v1/models/{model:path}", response_model=s.ModelCard, responses=ERROR_RESPONSES)
+    async def retrieve_model(model: str):
+        """The served model's card (the official client's `models.retrieve`); any other name is a 404."""
+        check_model(model)
+        return card
 
     def submit(params: GenerationParams, n: int) -> list[Job]:
         if n > config.max_batch + config.max_queue:  # would never fit: not a 429 to retry

@@ -21,9 +21,10 @@ class Guard:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if self.config.api_key and scope["path"].startswith("/v1"):
-            given = headers.get("authorization", "")
-            expected = f"Bearer {self.config.api_key}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
+            # The scheme is case-insensitive (RFC 7235: "bearer" is "Bearer"); the key is compared exactly.
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            key_ok = hmac.compare_digest(given.strip().encode(), self.config.api_key.encode())
+            if scheme.lower() != "bearer" or not key_ok:
                 error = APIError(
                     401,
                     "missing or incorrect API key (send Authorization: Bearer <key>)",

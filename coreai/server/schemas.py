@@ -1,8 +1,10 @@
 """Request and response bodies of the OpenAI-compatible API, as pydantic models.
 
 Requests forbid unknown fields (`extra="forbid"`): a field this server cannot honour is a 400 naming
-it, never silently ignored. Unions are discriminated (messages by `role`, content parts and response
-formats by `type`) so a bad value gets one error naming its location, not one per union member.
+it, never silently ignored. Their JSON types are strict, as OpenAI's: a bool is true/false (not "yes"),
+an integer is not true or 1.0, a number is not a string (an integer is a number). Unions are
+discriminated (messages by `role`, content parts and response formats by `type`) so a bad value gets
+one error naming its location, not one per union member.
 Shapes follow OpenAI's API reference (chat completions, legacy completions, models); the extensions
 are `top_k`, `min_p`, `repetition_penalty` and vLLM's `structured_outputs` (`json` | `regex` |
 `choice` | `grammar`, exactly one).
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -20,7 +22,7 @@ MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wa
 
 
 class Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def field_error(field: str, message: str, value: Any) -> ValidationError:
@@ -164,7 +166,8 @@ class SamplingFields(Request):
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logit_bias: dict[int, float] | None = None  # token id (a JSON object key) -> bias in [-100, 100]
+    # Token id -> bias in [-100, 100]; the ids are JSON object keys, hence strings parsed as integers.
+    logit_bias: dict[Annotated[int, Strict(False)], float] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # OpenAI's are signed 64-bit; unsigned too
     stop: str | list[str] | None = Field(default=None, max_length=4)
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices, decoded as rows of one batch
@@ -176,7 +179,7 @@ class SamplingFields(Request):
     @model_validator(mode="after")
     def _stream_options_need_stream(self):
         if self.stream_options is not None and not self.stream:
-            raise ValueError("stream_options is only allowed with stream: true")
+            raise field_error("stream_options", "stream_options is only allowed with stream: true", self.stream_options)
         return self
 
     @model_validator(mode="before")
@@ -223,9 +226,9 @@ class ChatCompletionRequest(SamplingFields):
     @model_validator(mode="after")
     def _consistent(self):
         if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs requires logprobs: true")
+            raise field_error("top_logprobs", "top_logprobs requires logprobs: true", self.top_logprobs)
         if self.tool_choice is not None and not self.tools:
-            raise ValueError("tool_choice is only allowed when tools are given")
+            raise field_error("tool_choice", "tool_choice is only allowed when tools are given", self.tool_choice)
         return self
 
     def output_constrained(self) -> bool:
