@@ -143,10 +143,10 @@ def test_bench_speculative_case_files(tiny_model_dir, tmp_path, capsys):
     assert case["prompt"].startswith("Fly to Shenzhen")
 
 
-def test_console_script_runs():
-    out = subprocess.run(
-        [sys.executable, "-m", "coreai.cli", "models", "list"], capture_output=True, text=True, timeout=120
-    )
+@pytest.mark.parametrize("module", ["coreai", "coreai.cli"])
+def test_console_script_runs(module):
+    """`python -m coreai` works as the `coreai` script does (a user tries it first without the venv's bin)."""
+    out = subprocess.run([sys.executable, "-m", module, "models", "list"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "qwen2.5-coder-0.5b-instruct" in out.stdout
 
