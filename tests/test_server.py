@@ -424,6 +424,10 @@ def test_tool_parameters_must_be_an_object_schema(tiny, parameters):
     r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(tools=_tool(parameters), tool_choice="required"))
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "tools[0].function.parameters" and "object" in r.json()["error"]["message"]
+    same = {"type": ["object"], "properties": {"x": {"type": "integer"}}, "required": ["x"]}  # one type, as a list
+    body = chat_body(tools=_tool(same), tool_choice="required", parallel_tool_calls=False, max_tokens=40)
+    r = httpx.post(tiny + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
 
 
 def test_reasoning_effort_on_a_model_that_does_not_reason_is_refused(tiny):

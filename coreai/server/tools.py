@@ -52,7 +52,7 @@ def parameters_schema(function) -> dict:
     schema that is not valid against its metaschema."""
     schema = function.parameters if function.parameters is not None else {"type": "object", "properties": {}}
     check_metaschema(schema)
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+    if not isinstance(schema, dict) or schema.get("type", "object") not in ("object", ["object"]):
         # Arguments are a JSON object (clients call fn(**arguments)); OpenAI refuses other schemas too.
         got = schema.get("type") if isinstance(schema, dict) else schema
         raise SchemaError(f'tool parameters must be a JSON Schema of "type": "object", got {json.dumps(got)}')
