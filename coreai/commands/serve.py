@@ -43,7 +43,7 @@ def register(sub) -> None:
         default=8,
         help="requests decoding together (continuous batching: one forward pass for all; constrained "
         "and free requests mix); 1 runs them one at a time (default: %(default)s, measured: "
-        "see the README's batching table)",
+        "see docs/performance.md, continuous batching)",
     )
     p.add_argument(
         "--prompt-cache-bytes",
