@@ -179,7 +179,7 @@ def main(argv=None) -> dict:
     )
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=REPO / "conformance" / "results" / "conformance.json")
-    ap.add_argument("--readme", action="store_true", help="write the summary into docs/conformance.md (make conformance)")
+    ap.add_argument("--readme", action="store_true", help="write the summary into docs/conformance.md")
     args = ap.parse_args(argv)
     if args.quick:
         args.suite_sample = args.suite_sample or 1
