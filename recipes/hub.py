@@ -34,9 +34,10 @@ def fetch(repo_id: str, gated: bool = False) -> Path:
         return Path(snapshot_download(repo_id, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
     except (OSError, ValueError):
         pass  # not cached: try the hub
+    include = " ".join(f"'{p}'" for p in ALLOW_PATTERNS)
     hint = (
-        f"download it where the hub is reachable (`hf download {repo_id} --include "
-        f"'{' '.join(ALLOW_PATTERNS)}' --local-dir DIR`) and pass DIR as the source"
+        f"download it where the hub is reachable (`hf download {repo_id} --include {include} --local-dir DIR`) "
+        "and pass DIR as SOURCE (or --from DIR after a preset name)"
     )
     try:
         return Path(snapshot_download(repo_id, allow_patterns=ALLOW_PATTERNS))

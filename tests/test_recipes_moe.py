@@ -90,3 +90,57 @@ def test_gpt_oss_untruncated_yarn_parity(tmp_path):
     ref = _tiny_checkpoint(moe_config("gpt_oss", truncate=False), tmp_path / "hf")
     export(tmp_path / "hf", tmp_path / "mlx", dtype="float32", progress=False)
     _assert_parity(ref, tmp_path / "mlx")
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "gpt_oss"])
+def test_moe_4bit_per_expert_routers_float_loads_and_generates(family, tmp_path, capsys):
+    """4-bit export: experts become QuantizedSwitchLinear ([experts, out, in / 8] uint32 words,
+    groups inside one expert's row), routers, norms and sinks stay float; the folder loads in
+    mlx_lm.load and coreai.load, both generate; bits per weight is printed."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx_lm
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear
+
+    _tiny_checkpoint(moe_config(family), tmp_path / "hf")
+    report = export(tmp_path / "hf", tmp_path / "q", quantize="4bit", group_size=32)
+    assert "bits/weight" in capsys.readouterr().out
+    assert 4.0 < report.bits_per_weight < 6.0  # 4 + 32/32 (scales, biases) + the float routers and norms
+    model, tokenizer = mlx_lm.load(str(tmp_path / "q"))
+    layer = model.model.layers[0]
+    moe, router = {
+        "qwen3_moe": lambda: (layer.mlp.switch_mlp, layer.mlp.gate),
+        "mixtral": lambda: (layer.block_sparse_moe.switch_mlp, layer.block_sparse_moe.gate),
+        "gpt_oss": lambda: (layer.mlp.experts, layer.mlp.router),
+    }[family]()
+    for proj in (moe.gate_proj, moe.up_proj, moe.down_proj):
+        assert isinstance(proj, QuantizedSwitchLinear) and proj.bits == 4
+        assert proj.weight.shape[0] == 4 and proj.scales.shape[:2] == proj.weight.shape[:2]
+    assert type(router) is nn.Linear and router.weight.dtype == mx.float16
+    if family == "gpt_oss":
+        assert layer.self_attn.sinks.dtype == mx.float16
+    assert mlx_lm.generate(model, tokenizer, "w5 w17 w42", max_tokens=4)
+
+    loaded = coreai.load(tmp_path / "q")
+    result = loaded.generate("w5 w17 w42", max_tokens=4, temperature=0.0)
+    assert result.usage.completion_tokens >= 1
+
+
+def test_gpt_oss_keeps_harmony_tokens(tmp_path):
+    """The Harmony format's special tokens stay single special tokens, and the end-of-turn ones
+    (<|return|>, <|call|>) stay EOS ids, as in openai/gpt-oss-20b's generation_config.json."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    _tiny_checkpoint(moe_config("gpt_oss"), tmp_path / "hf", special=HARMONY)
+    ids = AutoTokenizer.from_pretrained(tmp_path / "hf").convert_tokens_to_ids(["<|return|>", "<|call|>"])
+    gen = tmp_path / "hf" / "generation_config.json"
+    gen.write_text(json.dumps({**json.loads(gen.read_text()), "eos_token_id": [2, *ids]}))
+    export(tmp_path / "hf", tmp_path / "mlx", progress=False)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "mlx")
+    for token in HARMONY:
+        (token_id,) = tokenizer.encode(token, add_special_tokens=False)
+        assert tokenizer.convert_ids_to_tokens(token_id) == token and token_id in tokenizer.all_special_ids
+    config = json.loads((tmp_path / "mlx" / "config.json").read_text())
+    assert set(config["eos_token_id"]) == {2, *ids}
