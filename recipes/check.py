@@ -105,11 +105,12 @@ def nll(model, ids: list[int], logits=None) -> float:
     return -picked.mean().item()
 
 
-def float_reference(model, write_tokenizer) -> dict:
+def float_reference(model, write_tokenizer, config: dict) -> dict:
     """The unquantized model's predictions on the paragraph, for `verify`: `reference_top1`
     (list[int], argmax at each position) and `reference_perplexity`. The tokenizer is written by
-    `write_tokenizer(folder)` into a temporary folder and loaded as `verify` loads it, so both see
-    the same token ids."""
+    `write_tokenizer(folder)` into a temporary folder, next to `config` (transformers picks the
+    tokenizer class from its model_type), and loaded as `verify` loads it, so both see the same ids."""
+    import json
     import tempfile
 
     import mlx.core as mx
@@ -117,6 +118,7 @@ def float_reference(model, write_tokenizer) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="coreai-reference-") as folder:
         write_tokenizer(Path(folder))
+        Path(folder, "config.json").write_text(json.dumps(config))
         ids = load_tokenizer(Path(folder)).encode(paragraph())
     if len(ids) < 2:
         return {}  # verify reports the broken tokenizer

@@ -232,7 +232,10 @@ def export(
     if verify and plan.bits and not dry_run and not (isinstance(verify, dict) and verify.get("reference")):
         from .check import float_reference
 
-        verify = {**(verify if isinstance(verify, dict) else {}), **float_reference(model, ckpt.write_tokenizer)}
+        verify = {
+            **(verify if isinstance(verify, dict) else {}),
+            **float_reference(model, ckpt.write_tokenizer, ckpt.config),
+        }
     if plan.bits:
         out_config = quantize_model(model, out_config, plan, ckpt.recipe.quantizable, EMBEDDINGS)
     label = quantize if plan.bits else "none"
