@@ -112,6 +112,28 @@ REGISTRY: dict[str, RegistryModel] = {
 }
 
 
+def presets() -> list:
+    """Every registry row as a `recipes.presets.Preset`: the Hugging Face presets, then the
+    embedded GGUF models as the offline rows (float16, unquantized: their GGUFs are already
+    4-bit K-quants, and the CPU path runs float weights fastest)."""
+    from recipes.presets import PRESETS, Preset
+
+    offline = [
+        Preset(
+            m.name,
+            None,
+            m.family,
+            "none",
+            "float16",
+            32768,
+            m.description,
+            source="embedded",
+        )
+        for m in REGISTRY.values()
+    ]
+    return [*PRESETS.values(), *offline]
+
+
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """The cache root: the argument, else `$COREAI_HOME`, else `~/.cache/coreai`."""
     root = cache_dir or os.environ.get("COREAI_HOME") or Path.home() / ".cache" / "coreai"

@@ -11,7 +11,8 @@ Three checks:
 3. With `reference` (the float export of the same model), the top-1 token at each position of the
    paragraph agrees with the reference at a fraction >= `min_agreement` (default 0.75; measured on
    the Qwen 0.5B over the 54-token paragraph: 4 bits 0.815 at group size 64 and 0.870 at 32;
-   8 bits 0.963 at 64).
+   8 bits 0.963 at 64). A quantized export made with `--verify` is compared with its own float
+   weights, taken before quantization (`float_reference`), so no second export is needed.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class VerifyReport:
     answer: str
     agreement: float | None = None
     failures: list[str] = field(default_factory=list)
+    reference_perplexity: float | None = None  # of the unquantized weights, when compared
 
     @property
     def passed(self) -> bool:
@@ -55,6 +57,8 @@ class VerifyReport:
 
     def summary(self) -> str:
         parts = [f"perplexity {self.perplexity:.2f} on {self.tokens} tokens", f"answer {self.answer.strip()[:40]!r}"]
+        if self.reference_perplexity is not None:
+            parts.append(f"unquantized perplexity {self.reference_perplexity:.2f}")
         if self.agreement is not None:
             parts.append(f"top-1 agreement {self.agreement:.3f}")
         return ("passed: " if self.passed else "FAILED: ") + ", ".join(parts + self.failures)
@@ -101,6 +105,30 @@ def nll(model, ids: list[int], logits=None) -> float:
     return -picked.mean().item()
 
 
+def float_reference(model, write_tokenizer, config: dict) -> dict:
+    """The unquantized model's predictions on the paragraph, for `verify`: `reference_top1`
+    (list[int], argmax at each position) and `reference_perplexity`. The tokenizer is written by
+    `write_tokenizer(folder)` into a temporary folder, next to `config` (transformers picks the
+    tokenizer class from its model_type), and loaded as `verify` loads it, so both see the same ids."""
+    import json
+    import tempfile
+
+    import mlx.core as mx
+    from mlx_lm.utils import load_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="coreai-reference-") as folder:
+        write_tokenizer(Path(folder))
+        Path(folder, "config.json").write_text(json.dumps(config))
+        ids = load_tokenizer(Path(folder)).encode(paragraph())
+    if len(ids) < 2:
+        return {}  # verify reports the broken tokenizer
+    logits = logits_for(model, ids)
+    return {
+        "reference_top1": mx.argmax(logits, axis=-1).tolist(),
+        "reference_perplexity": math.exp(nll(model, ids, logits)),
+    }
+
+
 def verify(
     folder: str | Path,
     *,
@@ -110,6 +138,8 @@ def verify(
     chat: bool | None = None,
     reference: str | Path | None = None,
     min_agreement: float = DEFAULT_MIN_AGREEMENT,
+    reference_top1: list[int] | None = None,
+    reference_perplexity: float | None = None,
     max_tokens: int = 12,
     check: bool = False,
 ) -> VerifyReport:
@@ -120,6 +150,8 @@ def verify(
         expect: substring the greedy answer must contain (None: skip the check).
         chat: apply the chat template to `prompt` (default: when the tokenizer has one).
         reference: float export of the same model for the top-1 agreement check.
+        reference_top1, reference_perplexity: the same check against predictions already made
+            (`float_reference`), instead of a `reference` folder.
         check: raise ExportError (one line, naming the folder) when a check fails.
 
     Returns VerifyReport. Raises ExportError when `check` and a check fails.
@@ -132,7 +164,8 @@ def verify(
     # Fewer than 2 tokens leaves nothing to predict: a broken tokenizer, reported as a failure.
     logits = logits_for(model, ids) if len(ids) >= 2 else None
     perplexity = math.exp(nll(model, ids, logits)) if len(ids) >= 2 else math.inf
-    top1 = mx.argmax(logits, axis=-1) if reference is not None and logits is not None else None
+    compare = reference is not None or reference_top1 is not None
+    top1 = mx.argmax(logits, axis=-1) if compare and logits is not None else None
     if top1 is not None:
         mx.eval(top1)
     del logits
@@ -157,10 +190,14 @@ def verify(
         report.failures.append(f"perplexity {perplexity:.1f} > {max_perplexity}")
     if expect and expect not in answer:
         report.failures.append(f"answer {answer.strip()[:40]!r} lacks {expect!r}")
+    report.reference_perplexity = reference_perplexity
     if top1 is not None:
-        del model
-        ref_model, _ = load_for_eval(reference, tokenizer=False)
-        ref_top1 = mx.argmax(logits_for(ref_model, ids), axis=-1)
+        if reference_top1 is not None:
+            ref_top1 = mx.array(reference_top1)
+        else:
+            del model
+            ref_model, _ = load_for_eval(reference, tokenizer=False)
+            ref_top1 = mx.argmax(logits_for(ref_model, ids), axis=-1)
         report.agreement = (top1 == ref_top1).astype(mx.float32).mean().item()
         if report.agreement < min_agreement:
             report.failures.append(f"top-1 agreement {report.agreement:.3f} < {min_agreement}")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .errors import ExportError
 from .families import EMBEDDINGS
-from .quantize import load_plan, quantize_model
+from .quantize import bits_per_weight, load_plan, quantize_model
 from .sources import open_source
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -42,18 +42,20 @@ class ExportReport:
     seconds: float
     dry_run: bool = False
     verify: object = None  # a VerifyReport when verify=True
+    bits_per_weight: float = 0.0  # stored bits (scales and biases included) per logical weight
 
     def summary(self) -> str:
         """The one-line summary printed at the end of an export."""
         if self.dry_run:
             return (
                 f"dry run: {self.recipe} -> {self.out_dir}: {self.parameters / 1e6:.1f}M "
-                f"parameters, {self.dtype}, quantize {self.quantization}; nothing written"
+                f"parameters, {self.dtype}, quantize {self.quantization}, "
+                f"{self.bits_per_weight:.2f} bits/weight; nothing written"
             )
         line = (
             f"exported {self.recipe} -> {self.out_dir}: {self.parameters / 1e6:.1f}M parameters, "
             f"{self.bytes_written / 1e6:.1f} MB written, {self.dtype}, "
-            f"quantize {self.quantization}, {self.seconds:.1f} s"
+            f"quantize {self.quantization}, {self.bits_per_weight:.2f} bits/weight, {self.seconds:.1f} s"
         )
         if self.verify is not None:
             line += f"; verify: {self.verify.summary()}"
@@ -143,6 +145,9 @@ def export(
     group_size: int = 64,
     config: str | os.PathLike | None = None,
     keep_embedding: bool = False,
+    embedding_bits: int | None = None,
+    max_context_length: int | None = None,
+    preset: str | None = None,
     overwrite: bool = False,
     dry_run: bool = False,
     verify: bool | dict = False,
@@ -153,14 +158,21 @@ def export(
     Args:
         recipe: family name (see `list_recipes()`); detected from the source's metadata when None.
         dtype: "float16" | "bfloat16" | "float32": dtype of the float weights (and of quantization scales).
-        quantize: "none" | "4bit" | "8bit" | "mixed" (MLX affine; "mixed" needs `config`).
+        quantize: "none" | "4bit" | "8bit" | "mixed" (MLX affine; "mixed" needs `config`), or a
+            shipped recipe name (`recipes.quantize.shipped_recipes()`).
         group_size: 32 | 64 | 128, elements per quantization group.
         config: YAML/TOML file of per-module bit rules (see `recipes.quantize`).
         keep_embedding: keep embed_tokens / lm_head in float (needed where they are tied and must stay exact).
+        embedding_bits: bits for embed_tokens / lm_head (e.g. 8) when the rest takes other bits.
+        max_context_length: tokens recorded as the export's context (coreai.json); at most the
+            model's `max_position_embeddings`.
+        preset: registry row name recorded in coreai.json (`recipes.presets`).
         overwrite: replace an existing `out_dir`; without it an existing folder is an error.
         dry_run: read and check the source and the weight map, write nothing.
         verify: run `recipes.verify` on the result before it is moved into place (a dict passes
-            keyword arguments to it); a failed check is an ExportError and leaves nothing.
+            keyword arguments to it); a failed check is an ExportError and leaves nothing. A
+            quantized export without a `reference` is compared with its own float weights (top-1
+            agreement and perplexity before quantization).
         progress: show tqdm bars and print the one-line summary.
 
     Returns:
@@ -169,7 +181,8 @@ def export(
     Raises:
         SourceError: the source is missing, not a GGUF, truncated, or has no tokenizer.
         ExportError: unknown recipe, unsupported architecture or tensor type, weights that do not fit
-            mlx-lm's model, existing `out_dir` without `overwrite`, or failed verification.
+            mlx-lm's model, existing `out_dir` without `overwrite`, a context above the model's
+            maximum, or failed verification.
     """
     import numpy as np
 
@@ -177,10 +190,13 @@ def export(
     out_dir = Path(out_dir)
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    plan = load_plan(quantize, group_size, config, keep_embedding)
+    plan = load_plan(quantize, group_size, config, keep_embedding, embedding_bits)
     if out_dir.exists() and not overwrite and not dry_run:
         raise ExportError(f"{out_dir}: output folder exists; pass overwrite=True (--overwrite) to replace it")
     ckpt = open_source(source, recipe)
+    native = ckpt.config.get("max_position_embeddings")
+    if max_context_length is not None and native and max_context_length > native:
+        raise ExportError(f"{ckpt.path}: context length {max_context_length} exceeds the model's maximum {native}")
     hasher = None if dry_run else _sha256_in_background(ckpt.path)
     names = list(ckpt.shapes)
     # numpy has float16 but no bfloat16: GGUF tensors arrive in float16 or float32.
@@ -213,12 +229,28 @@ def export(
     del weights
     parameters = sum(v.size for v in expected.values())
     out_config = dict(ckpt.config)
+    if verify and plan.bits and not dry_run and not (isinstance(verify, dict) and verify.get("reference")):
+        from .check import float_reference
+
+        verify = {
+            **(verify if isinstance(verify, dict) else {}),
+            **float_reference(model, ckpt.write_tokenizer, ckpt.config),
+        }
     if plan.bits:
         out_config = quantize_model(model, out_config, plan, ckpt.recipe.quantizable, EMBEDDINGS)
     label = quantize if plan.bits else "none"
+    bpw = bits_per_weight(model, parameters)
     if dry_run:
         report = ExportReport(
-            out_dir, ckpt.recipe.name, dtype, label, parameters, 0, time.perf_counter() - start, dry_run=True
+            out_dir,
+            ckpt.recipe.name,
+            dtype,
+            label,
+            parameters,
+            0,
+            time.perf_counter() - start,
+            dry_run=True,
+            bits_per_weight=bpw,
         )
         if progress:
             print(report.summary())
@@ -260,6 +292,12 @@ def export(
             "versions": _versions(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
+        provenance.update(
+            preset=preset,
+            bits_per_weight=round(bpw, 3),
+            max_context_length=max_context_length or native,
+            embedding_bits=plan.embedding_bits if plan.bits else None,
+        )
         (tmp / "coreai.json").write_text(json.dumps(provenance, indent=2))
         del model
         verify_report = None
@@ -285,6 +323,7 @@ def export(
         bytes_written,
         time.perf_counter() - start,
         verify=verify_report,
+        bits_per_weight=bpw,
     )
     if progress:
         print(report.summary(), flush=True)

@@ -5,7 +5,13 @@ tensor names map to mlx-lm's, how GGUF metadata maps to config.json, and the per
 
 - llama/mistral GGUFs store Q/K rows permuted for llama.cpp's rotary layout (`permute_qk`);
 - gemma3 GGUFs store every RMSNorm weight as 1 + w, while mlx-lm's gemma3_text adds the 1 itself
-  (`norm_offset`).
+  (`norm_offset`);
+- MoE families: llama.cpp stacks each layer's experts into one `ffn_{gate,up,down}_exps` tensor
+  [experts, out, in], the layout of mlx-lm's `SwitchLinear`; Mixtral GGUFs say `llama` and carry
+  `llama.expert_count` (`gguf_experts`);
+- gpt-oss checkpoints in float (the BF16 copies of the MXFP4 release) store the experts as
+  transformers computes them, `x @ W` ([experts, in, out]); mlx-lm's sanitize expects the release's
+  [experts, out, in], so those tensors are transposed first (`hf_transpose`).
 
 Tensor names: GGUF uses `blk.N.<suffix>.weight|bias` and a few top-level names (llama.cpp
 `gguf-py/gguf/constants.py`, `TENSOR_NAMES`); mlx-lm uses the Hugging Face names.
@@ -43,6 +49,22 @@ GEMMA3_BLOCK = {
     "post_ffw_norm": "post_feedforward_layernorm",
 }
 
+# MoE blocks: router (never quantized) and stacked experts (quantized per expert).
+QWEN3_MOE_BLOCK = {
+    **LLAMA_BLOCK,
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+    "ffn_up_exps": "mlp.switch_mlp.up_proj",
+    "ffn_down_exps": "mlp.switch_mlp.down_proj",
+}
+MIXTRAL_BLOCK = {
+    **LLAMA_BLOCK,
+    "ffn_gate_inp": "block_sparse_moe.gate",
+    "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
+    "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
+    "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj",
+}
+
 # Phi-3 fuses QKV and gate/up; llama.cpp's `ffn_up` holds the fused gate_up projection.
 PHI3_BLOCK = {
     "attn_norm": "input_layernorm",
@@ -65,6 +87,8 @@ CONFIG_MAP = {
     "max_position_embeddings": "context_length",
     "head_dim": "attention.key_length",
     "sliding_window": "attention.sliding_window",
+    "moe_intermediate_size": "expert_feed_forward_length",
+    "num_experts_per_tok": "expert_used_count",
 }
 
 # Modules (Linear/Embedding leaves, by path suffix) that may be quantized. Norms are RMSNorm
@@ -87,6 +111,11 @@ class Recipe:
     norm_offset: float = 0.0
     config_defaults: dict = field(default_factory=dict)  # keys the GGUF does not carry
     quantizable: tuple[str, ...] = LINEARS + EMBEDDINGS
+    # GGUF: None reads any file of the architecture; True/False only ones with/without experts.
+    gguf_experts: bool | None = None
+    experts_key: str = "num_local_experts"  # config.json key of `<arch>.expert_count`
+    hf_transpose: tuple[str, ...] = ()  # 3-D HF tensors (name suffixes) stored [experts, in, out]
+    moe: bool = False
 
     def gguf_name(self, name: str) -> str | None:
         """The mlx-lm name of GGUF tensor `name` (e.g. `blk.3.attn_q.weight` ->
@@ -113,6 +142,7 @@ RECIPES: dict[str, Recipe] = {
             LLAMA_BLOCK,
             "Llama 3.x (GGUF Q/K permutation undone)",
             permute_qk=True,
+            gguf_experts=False,
         ),
         Recipe(
             "mistral",
@@ -134,7 +164,42 @@ RECIPES: dict[str, Recipe] = {
             # Not in the GGUF: llama.cpp hard-codes them for gemma3 (src/llama-model.cpp).
             config_defaults={"sliding_window_pattern": 6, "rope_local_base_freq": 10000.0},
         ),
-        Recipe("phi3", "phi3", ("phi3",), ("phi3",), PHI3_BLOCK, "Phi-3 / Phi-3.5 mini (fused QKV and gate/up)"),
+        Recipe(
+            "phi3", "phi3", ("phi3",), ("phi3",), PHI3_BLOCK, "Phi-3 / Phi-3.5 / Phi-4 mini (fused QKV and gate/up)"
+        ),
+        Recipe(
+            "qwen3_moe",
+            "qwen3_moe",
+            ("qwen3moe",),
+            ("qwen3_moe",),
+            QWEN3_MOE_BLOCK,
+            "Qwen3 MoE (Q/K norms, top-k routed experts)",
+            # llama.cpp's qwen3moe graph always renormalises the top-k weights (norm_w = true).
+            config_defaults={"decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True},
+            experts_key="num_experts",
+            moe=True,
+        ),
+        Recipe(
+            "mixtral",
+            "mixtral",
+            ("llama",),
+            ("mixtral",),
+            MIXTRAL_BLOCK,
+            "Mixtral sparse MoE (llama layout; GGUFs say llama with experts)",
+            permute_qk=True,
+            gguf_experts=True,
+            moe=True,
+        ),
+        Recipe(
+            "gpt_oss",
+            "gpt_oss",
+            (),
+            ("gpt_oss",),
+            {},
+            "gpt-oss MoE (attention sinks, sliding/full layers, Harmony tokens; float checkpoints)",
+            hf_transpose=("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
+            moe=True,
+        ),
     )
 }
 
@@ -152,11 +217,14 @@ def get_recipe(name: str) -> Recipe:
         raise ExportError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)}") from None
 
 
-def detect(source: str, architecture: str, hf: bool) -> Recipe:
+def detect(source: str, architecture: str, hf: bool, experts: bool = False) -> Recipe:
     """The recipe for a source whose metadata names `architecture` (GGUF `general.architecture`,
-    or config.json `model_type` when `hf`). Raises ExportError naming the source."""
+    or config.json `model_type` when `hf`); `experts`: the GGUF has `<arch>.expert_count` > 0.
+    Raises ExportError naming the source."""
     for recipe in RECIPES.values():
-        if architecture in (recipe.hf_model_types if hf else recipe.gguf_architectures):
+        if hf and architecture in recipe.hf_model_types:
+            return recipe
+        if not hf and architecture in recipe.gguf_architectures and recipe.gguf_experts in (None, experts):
             return recipe
     kind = "model_type" if hf else "architecture"
     raise ExportError(f"{source}: unsupported {kind} {architecture!r}; supported recipes: {', '.join(RECIPES)}")

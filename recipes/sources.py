@@ -103,6 +103,8 @@ def _gguf_config(gguf, recipe: Recipe) -> dict:
         if value is not None:
             config[key] = _py(value)
     config.update(recipe.config_defaults)
+    if md.get(f"{arch}.expert_count"):
+        config[recipe.experts_key] = int(md[f"{arch}.expert_count"])
     config["vocab_size"] = gguf.tensors["token_embd.weight"].shape[0]
     config["tie_word_embeddings"] = "output.weight" not in gguf.tensors
     heads = config["num_attention_heads"]
@@ -180,7 +182,8 @@ def _open_gguf(path: Path, recipe_name: str | None) -> Checkpoint:
     arch = gguf.metadata.get("general.architecture")
     if arch is None:
         raise SourceError(f"{path}: GGUF metadata has no general.architecture")
-    recipe = get_recipe(recipe_name) if recipe_name else detect(str(path), arch, hf=False)
+    experts = bool(gguf.metadata.get(f"{arch}.expert_count"))
+    recipe = get_recipe(recipe_name) if recipe_name else detect(str(path), arch, hf=False, experts=experts)
     if "token_embd.weight" not in gguf.tensors:
         raise SourceError(f"{path}: GGUF has no token_embd.weight tensor")
     config = _gguf_config(gguf, recipe)
@@ -285,7 +288,11 @@ def _open_hf(path: Path, recipe_name: str | None) -> Checkpoint:
     except json.JSONDecodeError as exc:
         raise SourceError(f"{config_path}: invalid JSON ({exc})") from None
     if "quantization" in config or "quantization_config" in config:
-        raise ExportError(f"{path}: the checkpoint is already quantized; export from a float checkpoint")
+        method = (config.get("quantization_config") or {}).get("quant_method", "")
+        raise ExportError(
+            f"{path}: the checkpoint is already quantized{f' ({method})' if method else ''}; "
+            "export from a float (e.g. BF16) copy of it"
+        )
     model_type = config.get("model_type", "")
     recipe = get_recipe(recipe_name) if recipe_name else detect(str(path), model_type, hf=True)
     config["model_type"] = recipe.model_type
@@ -300,6 +307,9 @@ def _open_hf(path: Path, recipe_name: str | None) -> Checkpoint:
             weights.update(mx.load(str(f)))  # lazy: nothing is read until a tensor is evaluated
         except (RuntimeError, ValueError) as exc:
             raise SourceError(f"{f}: cannot read safetensors ({exc})") from None
+    # gpt-oss float experts: [experts, in, out] named without `.weight` -> the release's layout.
+    for name in [n for n in weights if weights[n].ndim == 3 and n.endswith(recipe.hf_transpose)]:
+        weights[f"{name}.weight"] = weights.pop(name).swapaxes(-1, -2)
     shapes = {k: tuple(v.shape) for k, v in weights.items()}
     config = _hf_config(config, recipe, path, "lm_head.weight" in weights)
 
@@ -343,6 +353,9 @@ def _hf_config(config: dict, recipe: Recipe, path: Path, has_lm_head: bool) -> d
         if types != expected:
             raise ExportError(f"{path}: Gemma 3 layer_types are not periodic; mlx-lm cannot express them")
         config["sliding_window_pattern"] = pattern
+    # transformers >= 5 writes every expert count as num_local_experts; Qwen3 MoE's own key is num_experts.
+    if recipe.moe and config.get(recipe.experts_key) is None and "num_local_experts" in config:
+        config[recipe.experts_key] = config["num_local_experts"]
     # mlx-lm's default for a missing tie_word_embeddings differs per family; the weights decide.
     config.setdefault("tie_word_embeddings", not has_lm_head)
     return {k: v for k, v in config.items() if v is not None}

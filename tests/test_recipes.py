@@ -163,9 +163,11 @@ def test_unsupported_gguf_architecture(tmp_path):
 
 
 def test_unknown_recipe_lists_known(tmp_path):
-    with pytest.raises(ExportError, match="known recipes: qwen2, qwen3, llama, mistral, gemma3, phi3"):
+    with pytest.raises(
+        ExportError, match="known recipes: qwen2, qwen3, llama, mistral, gemma3, phi3, qwen3_moe, mixtral, gpt_oss"
+    ):
         export(tmp_path, tmp_path / "out", recipe="gpt5", progress=False)
-    assert list_recipes() == ["qwen2", "qwen3", "llama", "mistral", "gemma3", "phi3"]
+    assert list_recipes() == ["qwen2", "qwen3", "llama", "mistral", "gemma3", "phi3", "qwen3_moe", "mixtral", "gpt_oss"]
 
 
 def test_missing_source(tmp_path):
@@ -231,26 +233,27 @@ def _hf_config(family: str):
     }[family]()
 
 
-def _tiny_checkpoint(family: str, folder: Path):
-    """A random transformers model of `family` saved (safetensors) with a word-level tokenizer."""
+def _tiny_checkpoint(family, folder: Path, special: tuple[str, ...] = ()):
+    """A random transformers model of `family` (a name above, or a (config, class) pair) saved
+    (safetensors) with a word-level tokenizer; `special` tokens take the last ids as special tokens."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     torch.manual_seed(0)
-    config, cls = _hf_config(family)
+    config, cls = _hf_config(family) if isinstance(family, str) else family
     model = cls(config).eval()
     with torch.no_grad():  # random norm weights too, so a missing norm offset would show
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(folder)
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    words = ["<pad>", "<s>", "</s>", *(f"w{i}" for i in range(3, VOCAB - len(special))), *special]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
-    ).save_pretrained(folder)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(special)})
+    tokenizer.save_pretrained(folder)
     return model
 
 
