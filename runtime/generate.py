@@ -129,8 +129,8 @@ class Sequence:
         self.appended: list[int] = []  # the tokens it appended to the output
         self.drafted = 0  # draft tokens fed in the last forward pass
         self.held: list[tuple[int, mx.array | None]] = []  # output not streamed yet (Step.hold), with logprobs
-        # With stop strings: tokens emitted but not reported yet (not all their text is in the
-        # content), the characters of content they may cover, and the token before them.
+        # Stop strings: tokens not reported yet, the content characters past the reported tokens, and
+        # the token before them (decoding context).
         self.unreported: list[tuple[int, mx.array | None]] = []
         self.unreported_chars = 0
         self.reported_last = prompt_ids[-1]
@@ -228,13 +228,10 @@ class Sequence:
         return Delta(text, ids, logprobs) if text or ids else None
 
     def _stream_tokens(self, entry, out_chars: int, hit: bool) -> list:
-        """The tokens to report now (`Delta.token_ids` and their logprobs): a token is reported iff
-        all of its text is in the content. So a token that only spells (part of) a stop string is
-        never reported, nor one the stop string cuts through, and the reported tokens' text is
-        always a prefix of the content (OpenAI's text and logprobs line up). `entry`: the token and
-        its logprobs (None for the detokenizer's last bytes); `out_chars`: characters the stop-string
-        matcher let out into the content with it. Without stop strings all text reaches the content,
-        so every token is reported at once."""
+        """The tokens to report now (`Delta.token_ids`, logprobs): a token is reported iff all of its
+        text is in the content, so the reported tokens' text is always a prefix of the content (no
+        token of a stop string, nor one it cuts through). `entry`: the token and its logprobs (None:
+        the detokenizer's last bytes); `out_chars`: characters the stop matcher let out with it."""
         if not self.stops.stops:
             return [entry] if entry is not None else []
         if entry is not None:

@@ -62,3 +62,125 @@ def test_server_free_decoding_never_draws_padding_ids(tiny):
     assert r.status_code == 200, r.text
     tops = [t for c in r.json()["choices"][0]["logprobs"]["content"] for t in c["top_logprobs"]]
     assert tops and not any(t["token"].startswith("[PAD") for t in tops)
+
+
+# ---- item 2: a requested constraint never comes out empty or vacuous in silence --------------------
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    "fields, param, code",
+    [
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format.json_schema.schema",
+            "missing_required_parameter",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": None}}},
+            "response_format.json_schema.schema",
+            "missing_required_parameter",
+        ),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", "missing_required_parameter"),
+        ({"structured_outputs": {}}, "structured_outputs", "invalid_value"),
+        ({"structured_outputs": {"json": None}}, "structured_outputs", "invalid_value"),
+        ({"structured_outputs": {"choice": []}}, "structured_outputs.choice", "invalid_grammar"),
+        ({"structured_outputs": {"choice": [""]}}, "structured_outputs.choice", "invalid_grammar"),
+        ({"structured_outputs": {"regex": ""}}, "structured_outputs.regex", "invalid_grammar"),
+        ({"structured_outputs": {"grammar": ""}}, "structured_outputs.grammar", "invalid_grammar"),
+        ({"structured_outputs": {"grammar": "  \n"}}, "structured_outputs.grammar", "invalid_grammar"),
+        ({"structured_outputs": {"grammar": 'start: ""'}}, "structured_outputs.grammar", "invalid_grammar"),
+        ({"tools": [], "tool_choice": "required"}, "tool_choice", "invalid_value"),
+        (
+            {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+            "tool_choice",
+            "invalid_value",
+        ),
+    ],
+)
+def test_empty_constraints_are_400(tiny, fields, param, code):
+    r = post(tiny, max_tokens=4, **fields)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == (param, code), error
+
+
+@pytest.mark.parametrize("schema", [True, {}, {"title": "anything", "description": "no keyword asserts"}])
+@pytest.mark.parametrize("where", ["response_format", "structured_outputs"])
+def test_a_schema_that_asserts_nothing_is_reported(tiny, schema, where):
+    """`true`, `{}` (any JSON value) are legitimate requests, answered, and said to be that."""
+    if where == "response_format":
+        fields = {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    else:
+        fields = {"structured_outputs": {"json": schema}}
+    r = post(tiny, max_tokens=4, **fields)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-coreai-enforcement"] == "grammar (any JSON value: the schema asserts nothing)"
+    typed = post(tiny, max_tokens=4, structured_outputs={"json": {"type": "string"}})
+    assert typed.headers["x-coreai-enforcement"] == "grammar"
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(choices=[]), "non-empty"),
+        (dict(choices=[""]), "only the empty output"),
+        (dict(regex=""), "only the empty output"),
+        (dict(regex="^$"), "only the empty output"),
+        (dict(grammar=""), "the grammar is empty"),
+        (dict(grammar="\n  \n"), "the grammar is empty"),
+        (dict(grammar='start: ""'), "only the empty output"),
+        (dict(grammar="root ::= "), "only the empty output"),
+        (dict(schema=None), "give exactly one"),
+    ],
+)
+def test_python_api_refuses_empty_constraints(tiny_model, options, words):
+    from guided import ConstrainedSession, GrammarError
+
+    with pytest.raises((GrammarError, ValueError), match=words):
+        ConstrainedSession(tiny_model, **options)
+    assert ConstrainedSession(tiny_model, choices=["", "yes"]).generate("x", max_tokens=3).valid  # "" among others
+
+
+# ---- item 9 (parts) -------------------------------------------------------------------------------
+
+
+def test_a_body_that_is_not_utf8_has_a_code(tiny):
+    body = '{"model": "tiny", "messages": [{"role": "user", "content": "caf\u00e9"}]}'.encode("latin-1")
+    r = httpx.post(tiny + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_json" and "UTF-8" in r.json()["error"]["message"]
+
+
+def test_message_names_are_accepted(tiny, tiny_model):
+    """OpenAI's optional `name` of system, user and assistant messages: passed to the template."""
+    messages = [
+        {"role": "system", "content": "Be brief.", "name": "rules"},
+        {"role": "user", "content": "Hi", "name": "bob"},
+        {"role": "assistant", "content": "Hello", "name": "helper"},
+        {"role": "user", "content": "Again", "name": "bob"},
+    ]
+    r = post(tiny, max_tokens=2, messages=messages)
+    assert r.status_code == 200, r.text
+    r = httpx.post(
+        tiny + "/v1/chat/completions",
+        json={"model": "tiny", "messages": [{"role": "tool", "content": "x", "tool_call_id": "1", "name": "f"}]},
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].name"  # not a field of tool messages
+
+
+def test_a_pydantic_schema_gives_an_instance(tiny_model):
+    """`result.parsed` is an instance of the class given as the schema (as the openai client's)."""
+    import pydantic
+
+    from guided import ConstrainedSession
+
+    class Pick(pydantic.BaseModel):
+        answer: bool
+
+    result = ConstrainedSession(tiny_model, schema=Pick).generate("x", max_tokens=12)
+    assert result.valid and isinstance(result.parsed, Pick) and result.parsed.answer == result.value["answer"]
+    cut = ConstrainedSession(tiny_model, schema=Pick).generate("x", max_tokens=2)
+    assert not cut.valid and cut.parsed is None
+    assert ConstrainedSession(tiny_model, schema={"type": "boolean"}).generate("x", max_tokens=3).parsed is None

@@ -31,7 +31,7 @@ def register(sub) -> None:
     )
     p.add_argument("--list-recipes", action="store_true", help="list the known recipes and exit")
     p.add_argument("--cache-dir", help="cache root for registry models (default: $COREAI_HOME or ~/.cache/coreai)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (the summary line is still printed)")
     p.set_defaults(func=run)
 
 
@@ -64,7 +64,7 @@ def run(args) -> int:
     if verify and args.reference:
         verify = dict(verify) if isinstance(verify, dict) else {}
         verify["reference"] = args.reference
-    export(
+    report = export(
         source,
         args.out,
         recipe=recipe,
@@ -78,4 +78,6 @@ def run(args) -> int:
         verify=verify,
         progress=not args.quiet,
     )
+    if args.quiet:  # quiet drops the progress bars, not the result (with --verify, the verdict)
+        print(report.summary(), flush=True)
     return 0
