@@ -4,6 +4,7 @@ stop string, and the smaller faults a new user met (non-UTF-8 bodies, `messages[
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import httpx
@@ -184,3 +185,29 @@ def test_a_pydantic_schema_gives_an_instance(tiny_model):
     cut = ConstrainedSession(tiny_model, schema=Pick).generate("x", max_tokens=2)
     assert not cut.valid and cut.parsed is None
     assert ConstrainedSession(tiny_model, schema={"type": "boolean"}).generate("x", max_tokens=3).parsed is None
+
+
+# ---- item 5 on the real model: the request, whole and streamed ------------------------------
+
+
+@pytest.mark.model
+def test_qwen_logprobs_end_with_the_content_at_a_stop_string(qwen_model):
+    body = {
+        "model": "qwen",
+        "messages": [{"role": "user", "content": "Count from 1 to 9 separated by spaces."}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "stop": [" 5"],
+        "logprobs": True,
+    }
+    with serve_in_thread(qwen_model, ServerConfig(model_name="qwen", max_tokens=64, temperature=0.0)) as base:
+        whole = httpx.post(base + "/v1/chat/completions", json=body, timeout=300).json()["choices"][0]
+        with httpx.stream("POST", base + "/v1/chat/completions", json={**body, "stream": True}, timeout=300) as r:
+            events = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {")]
+    assert whole["message"]["content"] == "1 2 3 4"
+    tokens = [t["token"] for t in whole["logprobs"]["content"]]
+    assert "".join(tokens) == "1 2 3 4", tokens
+    streamed = [
+        t["token"] for e in events for c in e["choices"] for t in ((c.get("logprobs") or {}).get("content") or [])
+    ]
+    assert streamed == tokens
