@@ -13,7 +13,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# The demo needs only the runtime dependencies (no test or lint tools): its own, smaller install.
+$(VENV)/.demo-installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed
 	$(VENV)/bin/coreai demo
 
 test: $(STAMP)

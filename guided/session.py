@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import mlx.core as mx
+import numpy as np
 
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
 from guided.compiler import NotEnforced
 from guided.enforcement import KeywordEnforcement, enforcement
+from guided.errors import GrammarError
 from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats, Reasoning
 from guided.tokenizer_info import get_tokenizer_info
@@ -44,6 +46,8 @@ class GuidedResult(GenerationResult):
     stats: guided counters (`GuidedStats`); not_enforced: lenient-mode gaps.
     reasoning: a thinking model's reasoning text (between its markers, stripped), or None when it did
         not reason; `text`, `value` and `valid` are then about the answer after the block only.
+    parsed: for a pydantic model class given as the schema, `value` as an instance of it (validated by
+        pydantic, as the openai client's `parse` does); None when not valid or for other schemas.
     """
 
     value: Any = None
@@ -54,6 +58,7 @@ class GuidedResult(GenerationResult):
     not_enforced: tuple[NotEnforced, ...] = ()
     compile_seconds: float = 0.0
     reasoning: str | None = None
+    parsed: Any = None
 
 
 class ConstrainedSession:
@@ -109,6 +114,7 @@ class ConstrainedSession:
         cache: GrammarCache | None = None,
     ):
         self.model = model
+        self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
         self.spec = make_spec(
             schema=schema,
             json_object=json_object,
@@ -132,6 +138,8 @@ class ConstrainedSession:
         self.check = check
         self._bitmask: TokenBitmask | None = None
         self.matcher = self.compiled.matcher()  # the low-level calls' state
+        if self._admits_only_empty_output():
+            raise GrammarError(f"the {self.spec.kind} constraint admits only the empty output: nothing to generate")
         if max_reasoning_tokens < 1:
             raise ValueError(f"max_reasoning_tokens must be >= 1, got {max_reasoning_tokens}")
         markers = ReasoningMarkers(*reasoning_markers) if reasoning_markers else model.tokenizer.reasoning_markers
@@ -139,6 +147,14 @@ class ConstrainedSession:
         if markers is not None:
             self.reasoning = Reasoning(ReasoningTokens.of(markers, model.tokenizer.hf), max_reasoning_tokens)
         self.reasoning_markers = markers
+
+    def _admits_only_empty_output(self) -> bool:
+        """True when the first mask allows end-of-sequence ids alone (regex "", choices [""], a Lark
+        `start: ""`): a constraint that cannot have been meant, refused rather than answered with ""."""
+        words = np.zeros((1, self.matcher.words), np.int32)
+        self.matcher.fill_next_token_bitmask(words)
+        allowed = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
+        return set(allowed.tolist()) <= set(self.tokenizer_info.eos_ids)
 
     @property
     def enforcement(self) -> tuple[KeywordEnforcement, ...]:
@@ -250,6 +266,12 @@ class ConstrainedSession:
                 errors += self.check(result.text)
         except Exception as exc:  # noqa: BLE001 - an output that cannot be checked is not valid
             errors.append(f"the final check failed: {type(exc).__name__}: {exc}")
+        parsed = None
+        if self.model_class is not None and complete and not errors:
+            try:
+                parsed = self.model_class.model_validate(value)
+            except ValueError as exc:  # pydantic's ValidationError: a constraint JSON Schema cannot express
+                errors.append(f"pydantic: {exc}")
         fields = vars(result)
         if result.finish_reason == "stop" and errors:
             fields = dict(fields, finish_reason="error", error="; ".join(errors))
@@ -263,6 +285,7 @@ class ConstrainedSession:
             not_enforced=self.compiled.not_enforced,
             compile_seconds=self.compiled.compile_seconds,
             reasoning=reasoning,
+            parsed=parsed,
         )
 
     # -- low-level calls, for a decoding loop of one's own ------------------------------------------

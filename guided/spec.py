@@ -373,9 +373,11 @@ def lark_text(grammar: str) -> str:
     """Lark text from Lark (optionally with llama.cpp's `%llguidance {}` first line, which llguidance
     itself understands) or GBNF (llama.cpp's format; converted by llguidance's `gbnf_to_lark`).
 
-    Raises GrammarError when a GBNF grammar cannot be converted.
+    Raises GrammarError when the grammar is empty or a GBNF grammar cannot be converted.
     """
     text, ext = read_grammar_text(grammar)
+    if not text.strip():  # the engine's own message ("No 'root' rule found") would not say so
+        raise GrammarError("the grammar is empty: give Lark rules (from `start:`) or GBNF rules (from `root ::=`)")
     if ext == ".lark":
         return text
     try:

@@ -30,6 +30,8 @@ from functools import cached_property
 import llguidance
 import tokenizers
 
+from runtime.tokenizer import padding_entries
+
 _keys = itertools.count(1)
 
 
@@ -86,7 +88,7 @@ def _engine_vocabulary(hf_tokenizer) -> tuple[dict, set[int]]:
     vocab = spec["model"].get("vocab")
     padding: set[int] = set()
     if isinstance(vocab, dict):  # BPE / WordPiece / WordLevel: {token: id}
-        padding = {i for t, i in vocab.items() if t == f"[PAD{i}]"}
+        padding = padding_entries(vocab)
         for i in padding:
             del vocab[f"[PAD{i}]"]
     return spec, padding

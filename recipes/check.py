@@ -55,6 +55,18 @@ class VerifyReport:
     def passed(self) -> bool:
         return not self.failures
 
+    def record(self) -> dict:
+        """The results as coreai.json records them (JSON types; the folder left out)."""
+        return {
+            "passed": self.passed,
+            "perplexity": self.perplexity,
+            "tokens": self.tokens,
+            "prompt": self.prompt,
+            "answer": self.answer,
+            "agreement": self.agreement,
+            "failures": list(self.failures),
+        }
+
     def summary(self) -> str:
         parts = [f"perplexity {self.perplexity:.2f} on {self.tokens} tokens", f"answer {self.answer.strip()[:40]!r}"]
         if self.reference_perplexity is not None:

@@ -309,6 +309,8 @@ def export(
                 raise ExportError(
                     f"{out_dir}: verification failed, nothing written: {'; '.join(verify_report.failures)}"
                 )
+            provenance["verification"] = verify_report.record()
+            (tmp / "coreai.json").write_text(json.dumps(provenance, indent=2))
         bytes_written = sum(f.stat().st_size for f in tmp.iterdir())
         _replace(tmp, out_dir)
     except BaseException:

@@ -129,9 +129,11 @@ class Sequence:
         self.appended: list[int] = []  # the tokens it appended to the output
         self.drafted = 0  # draft tokens fed in the last forward pass
         self.held: list[tuple[int, mx.array | None]] = []  # output not streamed yet (Step.hold), with logprobs
-        # Tokens whose text the stop-string matcher holds back, with how many of its held characters
-        # are theirs (None: the rest of a token already streamed).
-        self.stop_wait: list[tuple[tuple[int, mx.array | None] | None, int]] = []
+        # Stop strings: tokens not reported yet, the content characters past the reported tokens, and
+        # the token before them (decoding context).
+        self.unreported: list[tuple[int, mx.array | None]] = []
+        self.unreported_chars = 0
+        self.reported_last = prompt_ids[-1]
         self.last_prompt_token = prompt_ids[-1]
         self.refeed = False  # the last step appended nothing: score the last kept token again
 
@@ -203,7 +205,7 @@ class Sequence:
             segment = self.detok.last_segment
             piece, hit = self.stops.feed(segment)
             text += piece
-            streamed += self._stream_tokens(entry, len(segment), len(piece), hit)
+            streamed += self._stream_tokens(entry, len(piece), hit)
             if hit:
                 self.finish, self.stop_string = "stop", hit
                 del self.out[len(self.out) - (len(emitted) - i - 1) - len(self.held) :]
@@ -216,7 +218,7 @@ class Sequence:
                 piece, hit = self.stops.feed(segment)
                 piece = piece if hit else piece + self.stops.flush()
                 text += piece
-                streamed += self._stream_tokens(None, len(segment), len(piece), hit)
+                streamed += self._stream_tokens(None, len(piece), hit)
                 if hit:
                     self.finish, self.stop_string = "stop", hit
         self.text_parts.append(text)
@@ -225,23 +227,43 @@ class Sequence:
             return Delta(text, ids, logprobs, self.finish, self.result())
         return Delta(text, ids, logprobs) if text or ids else None
 
-    def _stream_tokens(self, entry, chars: int, out_chars: int, hit: bool) -> list:
-        """The tokens to stream now: those with some of their text among the `out_chars` characters
-        the stop-string matcher let out of what it held plus the new token's `chars` (`entry`: the
-        token and its logprobs; None for the detokenizer's last bytes). A token that only spells a
-        stop string is never streamed, so the logprobs line up with the text."""
-        self.stop_wait.append((entry, chars))
-        total, start, out, rest = sum(c for _, c in self.stop_wait), 0, [], []
-        for waiting, c in self.stop_wait:
-            if start < out_chars or (out_chars == total and not hit):  # also tokens with no text yet
-                out += [waiting] if waiting is not None else []
-                if start + c > out_chars:
-                    rest.append((None, start + c - out_chars))
-            else:
-                rest.append((waiting, c))
-            start += c
-        self.stop_wait = [] if hit else rest
+    def _stream_tokens(self, entry, out_chars: int, hit: bool) -> list:
+        """The tokens to report now (`Delta.token_ids`, logprobs): a token is reported iff all of its
+        text is in the content, so the reported tokens' text is always a prefix of the content (no
+        token of a stop string, nor one it cuts through). `entry`: the token and its logprobs (None:
+        the detokenizer's last bytes); `out_chars`: characters the stop matcher let out with it."""
+        if not self.stops.stops:
+            return [entry] if entry is not None else []
+        if entry is not None:
+            self.unreported.append(entry)
+        self.unreported_chars += out_chars
+        if not hit and self.finish is not None and entry is None:  # the end: all the text is out
+            out, self.unreported = self.unreported, []
+            return out
+        # Token ends are measured on the decoded text (one token of context before, so a leading
+        # space is kept): the detokenizer's segments lag behind tokens (a lone space, an incomplete
+        # UTF-8 character, SentencePiece words wait for the next token), so they cannot say whose
+        # text a character is. A token ending inside a character ends where that character does.
+        ids = [self.reported_last] + [t for t, _ in self.unreported]
+        before = len(self._decode(ids[:1]))
+        release, ends = 0, 0
+        for k in range(1, len(ids)):
+            text = self._decode(ids[: k + 1])
+            if text.endswith("\ufffd"):
+                continue
+            if len(text) - before > self.unreported_chars:
+                break
+            release, ends = k, len(text) - before
+        out, self.unreported = self.unreported[:release], self.unreported[release:]
+        if out:
+            self.reported_last = out[-1][0]
+            self.unreported_chars -= ends
+        if hit:  # the content is final: the rest is never reported
+            self.unreported = []
         return out
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.hf.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def end(self, finish: str, error: str | None = None) -> Delta:
         """End the sequence outside a step (cancelled during prefill, failed): the last `Delta`."""

@@ -4,11 +4,13 @@ and `stream`."""
 from __future__ import annotations
 
 import threading
+from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from runtime.errors import ModelNotFound
@@ -51,6 +53,19 @@ class Model:
         self.vocab_size = int(text_config.get("vocab_size") or config.get("vocab_size"))
         self.context_length = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
         self.draft: Model | None = None
+
+    @cached_property
+    def padding_mask(self) -> mx.array | None:
+        """An additive logits mask, mx.array [vocab_size] float32: -inf at the ids that are no real
+        token (`Tokenizer.padding_ids`: llama.cpp's `[PAD<id>]` entries, ids past the tokenizer's
+        vocabulary), 0 elsewhere; None when every id is a token. Free decoding adds it to the logits
+        (`SamplingStrategy(padding_mask=...)`); a grammar's bitmask never allows those ids anyway."""
+        ids = self.tokenizer.padding_ids(self.vocab_size)
+        if not ids:
+            return None
+        mask = np.zeros(self.vocab_size, np.float32)
+        mask[sorted(ids)] = -np.inf
+        return mx.array(mask)
 
     def prompt_ids(
         self,
@@ -96,9 +111,10 @@ class Model:
 
         Sampling is `sampling`, or built from keyword fields of `SamplingParams` (`temperature=`,
         `top_p=`, `top_k=`, `min_p=`, `repetition_penalty=`, `seed=`, ...). `strategy` defaults to
-        `SamplingStrategy(sampling)`. `speculative`: None (off), "prompt_lookup", "draft" (this
-        model's `draft`) or a `Model` sharing this tokenizer (see `runtime.speculative`); the output
-        is the same as without it (token for token at temperature 0, in distribution otherwise).
+        `SamplingStrategy(sampling)` with this model's `padding_mask`. `speculative`: None (off),
+        "prompt_lookup", "draft" (this model's `draft`) or a `Model` sharing this tokenizer (see
+        `runtime.speculative`); the output is the same as without it (token for token at
+        temperature 0, in distribution otherwise).
         `chat_template_kwargs`: template variables (e.g. {"enable_thinking": False}). Raises
         ValueError for bad parameters before any work starts, TypeError for an unknown keyword.
         """
@@ -115,7 +131,7 @@ class Model:
         ids = self.prompt_ids(
             prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs
         )
-        strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs)
+        strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs, padding_mask=self.padding_mask)
         return stream_tokens(
             self.network,
             self.tokenizer,

@@ -6,7 +6,8 @@ Order of operations per position:
 1. logits processors over the last `repetition_context_size` tokens (prompt + output, plus the draft
    tokens before that position): repetition penalty (multiplicative, sign-aware; Keskar et al. 2019,
    arXiv:1909.05858), presence and frequency penalty (additive, as in OpenAI's API);
-2. `mask(logits)`: nothing here; the grammar's bitmask in guided generation;
+2. `mask(logits)`: the padding mask here (ids that are no real token); the grammar's bitmask in
+   guided generation, which never allows those ids either;
 3. log-softmax;
 4. the filters of mlx-lm's sampler chain (`mlx_lm.sample_utils`): top-p, then min-p, then top-k, then a
    categorical draw at `temperature`; temperature 0 is greedy argmax (and ignores the filters).
@@ -163,12 +164,21 @@ class SamplingStrategy:
 
     params: sampling settings. want_logprobs: return the log-probabilities of sampled tokens in
     `Step.logprobs`. max_draft: the longest draft (tokens per forward pass - 1); 0 disables drafting.
+    padding_mask: mx.array [vocab] float32 added to the logits by `mask` (-inf at ids that are no real
+    token, `Model.padding_mask`), or None: such ids are then never drawn and have probability 0.
 
     Subclasses (guided generation) override the hooks `prepare`, `mask`, `check_draft` and `advance`.
     """
 
-    def __init__(self, params: SamplingParams | None = None, want_logprobs: bool = False, max_draft: int = 8):
+    def __init__(
+        self,
+        params: SamplingParams | None = None,
+        want_logprobs: bool = False,
+        max_draft: int = 8,
+        padding_mask: mx.array | None = None,
+    ):
         self.params = params or SamplingParams()
+        self.padding_mask = padding_mask
         self.sampler = TokenSampler(self.params)
         self.processors = self.params.make_logits_processors()
         self.history = TokenHistory(self.params.repetition_context_size)
@@ -188,8 +198,9 @@ class SamplingStrategy:
         pass
 
     def mask(self, logits: mx.array) -> mx.array:
-        """Hook: restrict logits [rows, vocab] float32 (row j: after the first j draft tokens)."""
-        return logits
+        """Hook: restrict logits [rows, vocab] float32 (row j: after the first j draft tokens); here
+        the padding mask (guided generation's bitmask replaces it: it never allows those ids)."""
+        return logits if self.padding_mask is None else logits + self.padding_mask
 
     def check_draft(self, draft: list[int]) -> list[int]:
         """Hook: the prefix of `draft` worth verifying (all of it here)."""

@@ -59,6 +59,13 @@ def _load_wrapper(folder: Path, tok_config: dict, eos_ids: list[int] | None) -> 
     return TokenizerWrapper(hf, detokenizer, eos_token_ids=eos_ids)
 
 
+def padding_entries(vocab: dict[str, int]) -> set[int]:
+    """Ids of llama.cpp's vocabulary padding in a {token: id} map: entries spelled `[PAD<id>]`,
+    which llama.cpp's `convert_hf_to_gguf.py` (`get_vocab_base`) adds up to the logit width. A
+    tokenizer rebuilt from a GGUF file has them as ordinary tokens; they are never real text."""
+    return {i for t, i in vocab.items() if t == f"[PAD{i}]"}
+
+
 def _ids(value) -> set[int]:
     if value is None:
         return set()
@@ -102,6 +109,11 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return len(self.hf)
+
+    def padding_ids(self, vocab_size: int) -> frozenset[int]:
+        """The ids in [0, vocab_size) (the model's logit width) that are no real token: llama.cpp's
+        `[PAD<id>]` entries (`padding_entries`) and every id past the tokenizer's vocabulary."""
+        return frozenset(padding_entries(self.hf.get_vocab())) | frozenset(range(len(self.hf), vocab_size))
 
     def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = False) -> list[int]:
         """Token ids of plain text, with BOS prepended when the model wants it and asked for.

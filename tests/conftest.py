@@ -72,7 +72,7 @@ def tiny_model_dir(qwen_dir, tmp_path_factory) -> Path:
 
 def _write_tiny_network(folder: Path, qwen_dir: Path, model_type: str, **extra) -> None:
     """A random mlx-lm `model_type` network (2 layers, width 64, seed 0) with Qwen's logit width and
-    end ids, saved in `folder` as model.safetensors + config.json. `extra`: more config fields."""
+    end ids, saved in `folder` as model.safetensors + config.json. `extra`: more (or other) config fields."""
     import importlib
 
     import mlx.core as mx
@@ -92,8 +92,8 @@ def _write_tiny_network(folder: Path, qwen_dir: Path, model_type: str, **extra) 
         tie_word_embeddings=True,
         max_position_embeddings=512,
         eos_token_id=real.get("eos_token_id"),
-        **extra,
     )
+    config.update(extra)  # may override a field (e.g. a logit width wider than the tokenizer)
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(0)
     network = module.Model(module.ModelArgs.from_dict(config))

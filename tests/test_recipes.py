@@ -400,3 +400,23 @@ def test_bad_quantization_options(tmp_path):
     bad.write_text("bits = 7\n")
     with pytest.raises(ExportError, match="unsupported bits"):
         export(tmp_path, tmp_path / "o", quantize="4bit", config=bad, progress=False)
+
+
+def test_verification_is_recorded_and_quiet_still_prints_the_verdict(tiny_model_dir, tmp_path, capsys):
+    """Issue 24: coreai.json records the verification that passed; `--quiet` drops only the bars.
+    The source: the tiny random qwen2 network with the real Qwen tokenizer (an HF-named folder)."""
+    from coreai.cli import main
+
+    loose = {"max_perplexity": 1e9, "expect": None}  # a random network: any finite perplexity passes
+    report = export(tiny_model_dir, tmp_path / "a", recipe="qwen2", verify=loose, progress=False)
+    record = json.loads((tmp_path / "a" / "coreai.json").read_text())["verification"]
+    assert record["passed"] and record["perplexity"] == report.verify.perplexity and record["failures"] == []
+    plain = export(tiny_model_dir, tmp_path / "b", recipe="qwen2", progress=False)
+    assert "verification" not in json.loads((plain.out_dir / "coreai.json").read_text())
+    capsys.readouterr()
+    argv = ["export", str(tiny_model_dir), "--out", str(tmp_path / "c"), "--recipe", "qwen2", "--quiet", "--verify"]
+    assert main(argv) == 1
+    assert "verification failed" in capsys.readouterr().err  # the default bounds: the verdict is printed
+    assert main(argv[:-1]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("exported qwen2 -> ") and "tensor" not in out.err

@@ -9,6 +9,7 @@ import mlx.core as mx
 import pytest
 
 from runtime import ModelNotFound, PromptCache, SamplingParams, SamplingStrategy, Step, TokenSampler, load_model
+from runtime.generate import Sequence
 from runtime.stops import StopStrings
 
 
@@ -104,18 +105,54 @@ def test_stop_string_in_generation_is_trimmed(tiny_model):
     assert result.text == "one two thr"
 
 
-@pytest.mark.parametrize("stop", ["ee fo", " four", "e"])
+def reported_tokens(tokenizer, ids, stop, per_step):
+    """Drive `Sequence` (no model) with `ids`, `per_step` per step: (content, reported ids, deltas)."""
+    seq = Sequence(tokenizer, [tokenizer.bos_id or 0], max_tokens=100, stop=[stop])
+    deltas, pos = [], 0
+    while seq.finish is None:
+        chunk = ids[pos : pos + per_step]
+        pos += len(chunk)
+        rows = mx.zeros((len(chunk), 4)) if chunk else None
+        seq.apply(Step(tokens=chunk, logprobs=rows, finish=None if chunk else "stop"))
+        if (delta := seq.emit()) is not None:
+            deltas.append(delta)
+    reported = [t for d in deltas for t in d.token_ids]
+    assert all(len(d.logprobs or []) == len(d.token_ids) for d in deltas)
+    return "".join(d.text for d in deltas), reported, deltas
+
+
+STOP_CASES = [
+    ("one two three four five", "ee fo"),
+    ("one two three four five", " four"),
+    ("one two three four five", "e"),
+    ("1 2 3 4 5 6 7 8 9", " 5"),  # issue 24: " 5" is two tokens, " " then "5"
+    ("1 2 3 4 5 6 7 8 9", "5"),
+    ("a  b   c", "  c"),  # runs of spaces
+    ("go 🚀🎉 now", "🎉"),  # a stop string in the middle of a multi-token character sequence
+    ("go 🚀🎉 now", "\U0001f389 n"),
+    ("深圳湾公园 naïve", "公"),
+    ("no stop here", "zzz"),
+]
+
+
+@pytest.mark.parametrize("text, stop", STOP_CASES)
 @pytest.mark.parametrize("per_step", [1, 3])
-def test_streamed_tokens_are_those_of_the_text_a_stop_string_leaves(tiny_model, stop, per_step):
-    """A token is streamed (with its logprobs) iff some of its text is in the output: the tokens
-    that only spell the stop string are not (their logprobs would not line up with the text)."""
-    ids = tiny_model.tokenizer.encode("one two three four five", add_special_tokens=False)
-    deltas = list(tiny_model.stream("x", strategy=ForcedStrategy(ids, per_step), stop=[stop], max_tokens=50))
-    text = deltas[-1].result.text
-    streamed = [t for d in deltas for t in d.token_ids]
-    assert all(len(d.logprobs or []) == len(d.token_ids) for d in deltas if d.logprobs is not None)
-    decode = tiny_model.tokenizer.decode
-    assert decode(streamed).startswith(text) and len(decode(streamed[:-1])) < len(text), (text, decode(streamed))
+@pytest.mark.parametrize("tokenizer", ["qwen_tokenizer", "gemma_tokenizer"])
+def test_a_token_is_reported_iff_all_its_text_is_in_the_content(request, tokenizer, text, stop, per_step):
+    """Issue 24: the tokens reported with a delta (and their logprobs) are exactly the longest run
+    of output tokens whose text is all in the content, whatever the tokenizer's detokenizer holds
+    back (Qwen's lone spaces and split characters, Gemma's SentencePiece words)."""
+    tokenizer = request.getfixturevalue(tokenizer)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    content, reported, _ = reported_tokens(tokenizer, ids, stop, per_step)
+    assert content == text.split(stop)[0]
+    decode = lambda t: tokenizer.hf.decode(t, clean_up_tokenization_spaces=False)  # noqa: E731
+    n = len(reported)
+    assert reported == ids[:n]
+    assert content.startswith(decode(reported)) or n == 0
+    complete = [m for m in range(n + 1, len(ids) + 1) if not decode(ids[:m]).endswith("\ufffd")]
+    if complete:  # the next run of tokens that ends a character has text beyond the content
+        assert not content.startswith(decode(ids[: complete[0]])), (content, decode(ids[: complete[0]]))
 
 
 def test_utf8_streaming_never_splits_characters(tiny_model):

@@ -20,7 +20,11 @@ def register(sub) -> None:
         "--model", default=None, help="registry name, MLX folder or repo id whose tokenizer to use (default: embedded)"
     )
     p.add_argument("--cache-dir", help="cache root (default: $COREAI_HOME or ~/.cache/coreai)")
-    p.add_argument("--any-whitespace", action="store_true", help="allow free JSON whitespace (default: bounded)")
+    p.add_argument(
+        "--any-whitespace",
+        action="store_true",
+        help="allow JSON whitespace between tokens, within bounds (default: compact, no whitespace)",
+    )
     p.add_argument("--no-strict", action="store_true", help="allow properties the schema does not declare")
     p.add_argument("--lenient", action="store_true", help="list what cannot be enforced instead of refusing")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -57,7 +57,11 @@ def add_grammar_args(p) -> None:
     g.add_argument("--regex", help="regular expression the output must match")
     g.add_argument("--choice", action="append", help="one allowed output (repeatable)")
     g.add_argument("--grammar", type=Path, help="Lark (.lark) or GBNF (.gbnf) grammar file")
-    p.add_argument("--any-whitespace", action="store_true", help="allow free JSON whitespace (default: bounded)")
+    p.add_argument(
+        "--any-whitespace",
+        action="store_true",
+        help="allow JSON whitespace between tokens, within bounds (default: compact, no whitespace)",
+    )
     p.add_argument("--no-strict", action="store_true", help="allow properties the schema does not declare")
     p.add_argument(
         "--lenient", action="store_true", help="compile what can be enforced; check the rest after generation"

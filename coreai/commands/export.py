@@ -48,7 +48,7 @@ def register(sub) -> None:
     p.add_argument("--model-info", metavar="NAME", help="print one registry row and exit")
     p.add_argument("--json", action="store_true", help="JSON output for --list-models / --model-info")
     p.add_argument("--cache-dir", help="cache root for registry models (default: $COREAI_HOME or ~/.cache/coreai)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (the summary line is still printed)")
     p.set_defaults(func=run)
 
 
@@ -145,7 +145,7 @@ def run(args) -> int:
     else:
         base = preset.hf_id if preset else (entry.name if entry else args.source.rstrip("/"))
         out = Path(args.output_dir) / output_name(Path(base).stem if Path(base).suffix == ".gguf" else base, quantize)
-    export(
+    report = export(
         source,
         out,
         recipe=recipe,
@@ -162,4 +162,6 @@ def run(args) -> int:
         verify=verify,
         progress=not args.quiet,
     )
+    if args.quiet:  # quiet drops the progress bars, not the result (with --verify, the verdict)
+        print(report.summary(), flush=True)
     return 0

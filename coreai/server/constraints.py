@@ -71,10 +71,11 @@ class Constraints:
             return Constraint(self._session("response_format", req, json_object=True))
         if isinstance(response_format, JsonSchemaFormat):
             spec = response_format.json_schema
-            schema = spec.schema_ if spec.schema_ is not None else {}
             # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
             return Constraint(
-                self._session("response_format.json_schema.schema", req, schema=schema, strict=spec.strict is not False)
+                self._session(
+                    "response_format.json_schema.schema", req, schema=spec.schema_, strict=spec.strict is not False
+                )
             )
         so = req.structured_outputs
         if so is None:
@@ -150,10 +151,13 @@ class Constraints:
 
 def enforcement_headers(session: ConstrainedSession) -> dict[str, str]:
     """The `x-coreai-enforcement` response header of a constrained request: "grammar" when the grammar
-    enforces every keyword of the schema (and for regex, choices, grammars), else "; "-separated
+    enforces every keyword of the schema (and for regex, choices, grammars), `ANY_JSON` for a schema
+    without any asserting keyword, else "; "-separated
     "<how> <keyword> <pointer>" entries for the keywords enforced otherwise (validate-and-rollback;
     not enforced, in lenient mode), pointers percent-encoded to stay ASCII; at most
     `MAX_HEADER_ENTRIES`, then "and N more"."""
+    if session.spec.kind == "json_schema" and not session.enforcement:  # true, {}, only annotations
+        return {"x-coreai-enforcement": ANY_JSON}
     entries = [f"{e.how} {e.keyword} {quote(e.pointer, safe='/~$')}" for e in session.enforcement if e.how != GRAMMAR]
     shown = entries[:MAX_HEADER_ENTRIES]
     if len(entries) > len(shown):  # HTTP clients refuse huge headers (httpx: 64 KiB); the report is the same
@@ -162,3 +166,6 @@ def enforcement_headers(session: ConstrainedSession) -> dict[str, str]:
 
 
 MAX_HEADER_ENTRIES = 32
+ANY_JSON = "grammar (any JSON value: the schema asserts nothing)"
+"""The header of a schema with no asserting keyword (`true`, `{}`, annotations only): a legitimate
+request, reported as what it is, so a schema that lost its keywords is seen."""

@@ -115,7 +115,7 @@ class Engine:
                 p.sampling, p.logprobs, thinking_enabled(p.chat_template_kwargs), shared_bitmask=False
             )
         else:
-            strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs)
+            strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs, padding_mask=self.model.padding_mask)
         self.batch.add(
             p.prompt_ids,
             strategy,

@@ -82,20 +82,30 @@ def field_path(loc, body) -> str:
 _UNION_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "json_object", "json_schema", "str", "bool"}
 
 
+def _error_path(error: dict, body) -> str:
+    """The request field of one pydantic error; a missing field is named even when its name is also
+    a union tag (`json_schema`: both the response format's tag and its field)."""
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "missing" and loc and isinstance(loc[-1], str):
+        parent = field_path(loc[:-1], body)
+        return f"{parent}.{loc[-1]}" if parent else loc[-1]
+    return field_path(loc, body)
+
+
 def validation_error(exc: RequestValidationError) -> APIError:
     """One pydantic error as a 400 naming its field: the one deepest in the request (for a union,
     the member that matched furthest). Unknown fields say that they are not supported, so a client
     learns a parameter was refused rather than ignored."""
     body = getattr(exc, "body", None)
-    errors = [(field_path(e.get("loc", ()), body), e) for e in exc.errors()] or [
-        ("", {"type": "", "msg": "invalid request"})
-    ]
+    errors = [(_error_path(e, body), e) for e in exc.errors()] or [("", {"type": "", "msg": "invalid request"})]
     param, first = max(errors, key=lambda pe: len(pe[0]))  # max keeps the first among equals
     kind = first.get("type", "")
     if kind == "json_invalid":
         return bad_request(
             f"malformed JSON body: {first.get('ctx', {}).get('error', first['msg'])}", None, "invalid_json"
         )
+    if kind == "missing":
+        return bad_request(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
     if kind == "extra_forbidden":
         return bad_request(
             f"{param}: this server does not support the field {param.rsplit('.', 1)[-1]!r}",
@@ -104,6 +114,9 @@ def validation_error(exc: RequestValidationError) -> APIError:
         )
     msg = first.get("msg", "invalid value").removeprefix("Value error, ")
     return bad_request(f"{param or 'body'}: {msg}", param or None, "invalid_value")
+
+
+_HTTP_CODES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
 
 
 def install(app: FastAPI) -> None:
@@ -119,8 +132,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return APIError(exc.status_code, str(exc.detail), param=None, code=code, headers=exc.headers).response()
+        code, message = _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail)
+        if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8 JSON)
+            message = f"the request body is not UTF-8 JSON ({message})"
+        return APIError(exc.status_code, message, param=None, code=code, headers=exc.headers).response()
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):

@@ -137,6 +137,8 @@ def template_message(m, index: int) -> dict:
     content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)
     role = "system" if m.role == "developer" else m.role
     out = {"role": role, "content": content}
+    if getattr(m, "name", None) is not None:  # templates that know participants render it; others ignore it
+        out["name"] = m.name
     if isinstance(m, s.AssistantMessage) and m.tool_calls:
         calls = []
         for j, call in enumerate(m.tool_calls):

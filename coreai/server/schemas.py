@@ -58,11 +58,13 @@ class ToolCall(Request):
 class SystemMessage(Request):
     role: Literal["system", "developer"]
     content: Content
+    name: str | None = None  # a participant's name (OpenAI's), for templates that use it
 
 
 class UserMessage(Request):
     role: Literal["user"]
     content: Content
+    name: str | None = None  # a participant's name (OpenAI's), for templates that use it
 
 
 class AssistantMessage(Request):
@@ -70,6 +72,7 @@ class AssistantMessage(Request):
     content: Content | None = None
     tool_calls: list[ToolCall] | None = None
     refusal: None = None
+    name: str | None = None
 
 
 class ToolMessage(Request):
@@ -116,9 +119,14 @@ class JsonObjectFormat(Request):
 class JsonSchemaSpec(Request):
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
-    # `schema` shadows a BaseModel attribute, hence the alias.
-    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    # Required (OpenAI's): a forgotten schema is a 400, not "any JSON value" in silence ({}, true ask for it).
+    schema_: dict[str, Any] | bool = Field(alias="schema")
     strict: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_schema_is_missing(cls, data):
+        return {k: v for k, v in data.items() if not (k == "schema" and v is None)} if isinstance(data, dict) else data
 
 
 class JsonSchemaFormat(Request):
