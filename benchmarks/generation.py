@@ -210,7 +210,7 @@ def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool, spec
     return dict(
         tokens=r.usage.completion_tokens,
         forward_passes=r.forward_passes,
-        tokens_jumped=s.tokens_jumped,
+        tokens_jumped=r.forced_tokens,
         ttft=compile_s + r.timings.ttft,
         compile_ms=1e3 * compile_s,
         decode_tps=r.timings.decode_tps,

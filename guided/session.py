@@ -20,18 +20,13 @@ from guided.compiler import NotEnforced
 from guided.enforcement import KeywordEnforcement, enforcement
 from guided.errors import GrammarError
 from guided.spec import JSON_KINDS, make_spec
-from guided.strategy import ConstrainedDecodingStrategy, GuidedStats, Reasoning
+from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import get_tokenizer_info
 from guided.validation import check_json
 from runtime.generate import Delta, GenerationResult
-from runtime.reasoning import ReasoningMarkers, ReasoningTokens, split_reasoning
+from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
 from runtime.sampling import SamplingParams
 from runtime.speculative import make_drafter
-
-
-def thinking_enabled(chat_template_kwargs: dict | None) -> bool:
-    """False when the template variables turn reasoning off ({"enable_thinking": False})."""
-    return (chat_template_kwargs or {}).get("enable_thinking", True) is not False
 
 
 @dataclass
@@ -142,11 +137,12 @@ class ConstrainedSession:
             raise GrammarError(f"the {self.spec.kind} constraint admits only the empty output: nothing to generate")
         if max_reasoning_tokens < 1:
             raise ValueError(f"max_reasoning_tokens must be >= 1, got {max_reasoning_tokens}")
-        markers = ReasoningMarkers(*reasoning_markers) if reasoning_markers else model.tokenizer.reasoning_markers
-        self.reasoning = None
-        if markers is not None:
-            self.reasoning = Reasoning(ReasoningTokens.of(markers, model.tokenizer.hf), max_reasoning_tokens)
-        self.reasoning_markers = markers
+        self.max_reasoning_tokens = max_reasoning_tokens
+        self.reasoning_tokens = (
+            ReasoningTokens.of(ReasoningMarkers(*reasoning_markers), model.tokenizer.hf)
+            if reasoning_markers
+            else model.tokenizer.reasoning_tokens
+        )
 
     def _admits_only_empty_output(self) -> bool:
         """True when the first mask allows end-of-sequence ids alone (regex "", choices [""], a Lark
@@ -172,17 +168,23 @@ class ConstrainedSession:
 
     # -- generation ---------------------------------------------------------------------------------
 
+    def plan(self, prompt_ids: list[int], chat_template_kwargs: dict | None = None) -> ReasoningPlan | None:
+        """The reasoning plan of a generation from `prompt_ids` (see `runtime.reasoning.plan_reasoning`):
+        None when the model does not think, the template variables turn thinking off, or the
+        prompt closed the block."""
+        return plan_reasoning(self.reasoning_tokens, prompt_ids, chat_template_kwargs, self.max_reasoning_tokens)
+
     def strategy(
         self,
         sampling: SamplingParams | None = None,
         logprobs: bool = False,
-        thinking: bool = True,
+        reasoning: ReasoningPlan | None = None,
         shared_bitmask: bool = True,
     ) -> ConstrainedDecodingStrategy:
-        """A fresh `ConstrainedDecodingStrategy` for one generation; `thinking=False` keeps a thinking
-        model from opening a reasoning block. It fills this session's bitmask, which serves one
-        generation at a time; `shared_bitmask=False` gives it buffers of its own, for generations of
-        one session that run at once (rows of one batch)."""
+        """A fresh `ConstrainedDecodingStrategy` for one generation; `reasoning`: its plan (`plan()`),
+        None for no reasoning block. It fills this session's bitmask, which serves one generation at
+        a time; `shared_bitmask=False` gives it buffers of its own, for generations of one session
+        that run at once (rows of one batch)."""
         return ConstrainedDecodingStrategy(
             self.compiled,
             sampling,
@@ -190,7 +192,7 @@ class ConstrainedSession:
             jump_forward=self.jump_forward,
             want_logprobs=logprobs,
             max_draft=self.max_draft,
-            reasoning=self.reasoning if thinking else None,
+            reasoning=reasoning,
             max_retries=self.max_retries,
         )
 
@@ -211,10 +213,11 @@ class ConstrainedSession:
             raise ValueError(f"give either sampling= or sampling fields ({', '.join(fields)}), not both")
         sampling = sampling or SamplingParams(**fields)
         kwargs.setdefault("speculative", self.speculative)
-        strategy = self.strategy(
-            sampling, kwargs.get("logprobs", False), thinking_enabled(kwargs.get("chat_template_kwargs"))
-        )
-        for delta in self.model.stream(prompt, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):
+        template = {k: kwargs.pop(k) for k in ("chat_template", "tools", "chat_template_kwargs") if k in kwargs}
+        ids = self.model.prompt_ids(prompt, **template)
+        plan = self.plan(ids, template.get("chat_template_kwargs"))
+        strategy = self.strategy(sampling, kwargs.get("logprobs", False), plan)
+        for delta in self.model.stream(ids, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):
             if delta.result is not None:
                 delta.result = self.verdict(delta.result, strategy)
             yield delta
@@ -240,10 +243,8 @@ class ConstrainedSession:
         with finish_reason "error": never invalid output presented as a normal stop."""
         complete = result.finish_reason == "stop" and strategy.complete
         reasoning = None
-        if strategy.stats.reasoning_tokens or strategy.prompt_state == "open":
-            reasoning, answer = split_reasoning(
-                result.text, self.reasoning_markers, opened=strategy.prompt_state == "open"
-            )
+        if strategy.gate.reasoned:
+            reasoning, answer = strategy.gate.plan.split(result.text)
             reasoning = reasoning.strip() if reasoning is not None else None
             result = GenerationResult(**dict(vars(result), text=answer))
         if complete and result.stop_string is not None:

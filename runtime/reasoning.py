@@ -1,14 +1,21 @@
 """Reasoning blocks of thinking models (`<think> ... </think>` before the answer): the markers of the
-known families, and a streaming splitter of generated text into reasoning and answer.
+known families, the per-request `ReasoningPlan`, and a streaming splitter of generated text into
+reasoning and answer.
 
 Families: Qwen3 / QwQ / DeepSeek-R1 distills use `<think>` and `</think>`; Kimi uses `◁think▷`
 and `◁/think▷`; Seed-OSS `<seed:think>` and `</seed:think>`. A model is taken to think when its
-chat template mentions both markers of a family; `Model.reasoning_markers` can be set by hand.
+chat template mentions both markers of a family and both are single tokens of its tokenizer
+(`Tokenizer.reasoning_tokens`); `ConstrainedSession(reasoning_markers=...)` sets them by hand.
+
+Whether one generation may reason is decided once, from its rendered prompt, by `plan_reasoning`;
+the plan travels with the request (the guided strategy's phases, the server's reply split).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from runtime.stops import partial_suffix
 
 KNOWN_MARKERS = (("<think>", "</think>"), ("◁think▷", "◁/think▷"), ("<seed:think>", "</seed:think>"))
 
@@ -27,21 +34,30 @@ def detect_markers(chat_template, hf_tokenizer=None) -> ReasoningMarkers | None:
     """The markers of a known family whose start and end both appear in `chat_template` (a string,
     or a dict of named templates), else None. With `hf_tokenizer`, only a family whose markers are
     single tokens of it counts (the strategy switches phases on those token ids)."""
+    if hf_tokenizer is not None:
+        tokens = detect_reasoning(chat_template, hf_tokenizer)
+        return tokens.markers if tokens is not None else None
+    return next(iter(_mentioned(chat_template)), None)
+
+
+def detect_reasoning(chat_template, hf_tokenizer) -> "ReasoningTokens | None":
+    """The token ids of the first known family that `chat_template` mentions and whose markers are
+    single tokens of `hf_tokenizer`, else None."""
+    for markers in _mentioned(chat_template):
+        try:
+            return ReasoningTokens.of(markers, hf_tokenizer)
+        except ValueError:
+            continue
+    return None
+
+
+def _mentioned(chat_template) -> list[ReasoningMarkers]:
+    """The known families whose start and end markers both appear in the template (text or dict)."""
     if isinstance(chat_template, dict):
         chat_template = "\n".join(str(t) for t in chat_template.values())
     if not chat_template:
-        return None
-    for start, end in KNOWN_MARKERS:
-        if start in chat_template and end in chat_template:
-            markers = ReasoningMarkers(start, end)
-            if hf_tokenizer is None:
-                return markers
-            try:
-                ReasoningTokens.of(markers, hf_tokenizer)
-                return markers
-            except ValueError:
-                continue
-    return None
+        return []
+    return [ReasoningMarkers(a, b) for a, b in KNOWN_MARKERS if a in chat_template and b in chat_template]
 
 
 class ReasoningSplitter:
@@ -74,7 +90,7 @@ class ReasoningSplitter:
         if self._state == "inside":
             end = self._buf.find(m.end)
             if end < 0:
-                keep = _partial_suffix(self._buf, m.end)
+                keep = partial_suffix(self._buf, (m.end,))
                 reasoning, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
                 return reasoning, ""
             reasoning, self._buf, self._state = self._buf[:end], self._buf[end + len(m.end) :], "after"
@@ -106,15 +122,11 @@ def split_reasoning(text: str, markers: ReasoningMarkers | None, opened: bool = 
     return (r1 + r2 if splitter.seen else None), a1 + a2
 
 
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `marker`."""
-    return next((k for k in range(min(len(marker) - 1, len(text)), 0, -1) if text.endswith(marker[:k])), 0)
-
-
 @dataclass(frozen=True)
 class ReasoningTokens:
-    """Token ids of a family's markers and separator for one tokenizer."""
+    """A family's markers and the token ids of its markers and separator for one tokenizer."""
 
+    markers: ReasoningMarkers
     start: tuple[int, ...]
     end: tuple[int, ...]
     separator: tuple[int, ...]
@@ -130,7 +142,7 @@ class ReasoningTokens:
             raise ValueError(
                 f"reasoning markers {markers.start!r} / {markers.end!r} are not single tokens of this tokenizer"
             )
-        return cls(*(tuple(i) for i in ids))
+        return cls(markers, *(tuple(i) for i in ids))
 
     def prompt_state(self, prompt_ids: list[int]) -> str:
         """ "open": the prompt opened a block (the output starts inside it); "closed": the prompt ends
@@ -144,3 +156,47 @@ class ReasoningTokens:
         if last_end >= 0 and len(prompt_ids) - last_end <= len(self.separator) + 1:
             return "closed"
         return "free"
+
+
+def thinking_enabled(chat_template_kwargs: dict | None) -> bool:
+    """False when the template variables turn reasoning off ({"enable_thinking": False})."""
+    return (chat_template_kwargs or {}).get("enable_thinking", True) is not False
+
+
+@dataclass(frozen=True)
+class ReasoningPlan:
+    """How one generation treats a reasoning block, decided once from its rendered prompt.
+
+    tokens: the family's markers and token ids. opened: the prompt opened the block (the output
+    starts inside it); otherwise the model may open one with its first token. max_tokens: reasoning
+    tokens (end marker included) before a constrained generation forces the end marker (>= 1).
+    """
+
+    tokens: ReasoningTokens
+    opened: bool
+    max_tokens: int = 1024
+
+    def splitter(self) -> ReasoningSplitter:
+        """A streaming splitter of this generation's output into (reasoning, answer)."""
+        return ReasoningSplitter(self.tokens.markers, self.opened)
+
+    def split(self, text: str) -> tuple[str | None, str]:
+        """(reasoning or None when there was no block, answer) of a whole output."""
+        return split_reasoning(text, self.tokens.markers, self.opened)
+
+
+def plan_reasoning(
+    tokens: ReasoningTokens | None,
+    prompt_ids: list[int],
+    chat_template_kwargs: dict | None = None,
+    max_tokens: int = 1024,
+) -> ReasoningPlan | None:
+    """The reasoning plan of one generation, or None when it cannot reason: the model has no
+    markers (`tokens` None), the template variables turned thinking off, or the prompt ends with a
+    closed block (the template's own way of turning it off). Raises ValueError if max_tokens < 1."""
+    if max_tokens < 1:
+        raise ValueError(f"max_reasoning_tokens must be >= 1, got {max_tokens}")
+    if tokens is None or not thinking_enabled(chat_template_kwargs):
+        return None
+    state = tokens.prompt_state(prompt_ids)
+    return None if state == "closed" else ReasoningPlan(tokens, state == "open", max_tokens)

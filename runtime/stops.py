@@ -7,6 +7,14 @@ string is never partly emitted; the stop string itself is trimmed from the outpu
 from __future__ import annotations
 
 
+def partial_suffix(text: str, markers) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of one of `markers` (strings):
+    the text a streaming reader holds back because a marker may still be arriving."""
+    return max(
+        (k for m in markers for k in range(min(len(m) - 1, len(text)), 0, -1) if text.endswith(m[:k])), default=0
+    )
+
+
 class StopStrings:
     def __init__(self, stops: list[str] | None):
         self.stops = [s for s in (stops or []) if s]
@@ -22,12 +30,7 @@ class StopStrings:
             pos, stop = min(hits)
             self._pending = ""
             return buf[:pos], stop
-        keep = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(buf)), 0, -1):
-                if buf.endswith(s[:k]):
-                    keep = max(keep, k)
-                    break
+        keep = partial_suffix(buf, self.stops)
         self._pending = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep], None
 

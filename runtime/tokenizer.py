@@ -18,7 +18,7 @@ from mlx_lm import tokenizer_utils
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import _tokenizer_defaults, load_tokenizer
 
-from runtime.reasoning import detect_markers
+from runtime.reasoning import detect_reasoning
 
 
 def _json(path: Path) -> dict:
@@ -83,8 +83,8 @@ class Tokenizer:
             generation_config.json (int or list), and the end-of-turn ids of tokenizer_config.json.
         special_ids: ids of all special (control) tokens, which are never rendered as text.
         bos_id: the BOS id, or None.
-        reasoning_markers: `runtime.reasoning.ReasoningMarkers` when the chat template is a thinking
-            model's (settable), else None.
+        reasoning_tokens: `runtime.reasoning.ReasoningTokens` (markers and their ids) when the chat
+            template is a thinking model's, else None; `reasoning_markers`: its markers, or None.
         add_bos: whether plain-text prompts get BOS prepended (tokenizer_config `add_bos_token`).
     """
 
@@ -102,10 +102,14 @@ class Tokenizer:
         self.bos_id = self.hf.bos_token_id
         self.add_bos = bool(tok_config.get("add_bos_token", False)) and self.bos_id is not None
         self.has_chat_template = self._wrapper.has_chat_template
-        self.reasoning_markers = detect_markers(getattr(self.hf, "chat_template", None), self.hf)
+        self.reasoning_tokens = detect_reasoning(getattr(self.hf, "chat_template", None), self.hf)
         self._backend: tokenizers.Tokenizer = self.hf.backend_tokenizer
         self._splitter: tokenizers.Tokenizer | None = None  # built on first need (a second parse)
         self._splitter_lock = threading.Lock()
+
+    @property
+    def reasoning_markers(self):
+        return self.reasoning_tokens.markers if self.reasoning_tokens is not None else None
 
     def __len__(self) -> int:
         return len(self.hf)

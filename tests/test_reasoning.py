@@ -71,15 +71,16 @@ def test_reasoning_then_a_valid_answer(qwen3):
 def test_no_eos_inside_the_block(qwen3):
     """EOS is masked while thinking: with EOS favoured by a huge bias the block still runs to its budget."""
     session = ConstrainedSession(qwen3, schema=SCHEMA, max_reasoning_tokens=6)
-    strategy = session.strategy()
+    ids = qwen3.prompt_ids(MESSAGES)
+    strategy = session.strategy(reasoning=session.plan(ids))
     eos = sorted(qwen3.tokenizer.eos_ids)
-    strategy.begin(qwen3.prompt_ids(MESSAGES))
+    strategy.begin(ids)
     logits = mx.zeros((1, qwen3.vocab_size))
     logits[:, eos] = 1e4
     for _ in range(6):
         step = strategy.step(logits)
         assert not set(step.tokens) & set(eos)
-    assert strategy.phase == "answer"
+    assert strategy.gate.phase == "answer"
 
 
 def test_enable_thinking_false_gives_no_reasoning(qwen3):
@@ -92,10 +93,10 @@ def test_a_model_may_open_the_block_itself(qwen3):
     """With a template that leaves it to the model (Qwen3's own), the first token may be <think> or the
     grammar's start; nothing else."""
     session = ConstrainedSession(qwen3, schema=SCHEMA)
-    strategy = session.strategy()
     ids = qwen3.prompt_ids(MESSAGES)[:-2]  # drop "<think>\n": the model decides
+    strategy = session.strategy(reasoning=session.plan(ids))
     strategy.begin(ids)
-    assert strategy.phase == "free"
+    assert strategy.gate.phase == "start"
     strategy.prepare()
     bits = np.unpackbits(np.array(session.bitmask.current[:1]).view(np.uint8), bitorder="little")
     allowed = set(np.nonzero(bits)[0].tolist())

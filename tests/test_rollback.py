@@ -157,10 +157,11 @@ def test_strategy_rollback_keeps_the_checker_in_step(tiny_model):
     validate-and-rollback's view of the output."""
     strategy = ConstrainedSession(tiny_model, schema=CASES["uniqueItems"][0]).strategy()
     result = tiny_model.generate("x", strategy=strategy, max_tokens=40)
-    assert strategy.answer == result.token_ids and bytes(strategy.checker.text) == result.text.encode()
+    planner = strategy.planner
+    assert planner.answer == result.token_ids and bytes(planner.checker.text) == result.text.encode()
     strategy.rollback(3)
     kept = result.token_ids[:-3]
-    assert strategy.answer == kept and bytes(strategy.checker.text) == tiny_model.tokenizer.hf.decode(kept).encode()
+    assert planner.answer == kept and bytes(planner.checker.text) == tiny_model.tokenizer.hf.decode(kept).encode()
 
 
 def test_the_report_labels_keywords_under_a_validated_one(tiny_model):

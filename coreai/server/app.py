@@ -25,7 +25,7 @@ from coreai.server.constraints import Constraints, enforcement_headers
 from coreai.server.engine import Engine, GenerationParams
 from coreai.server.errors import APIError, bad_request, install as install_error_handlers
 from coreai.server.guard import Guard
-from coreai.server.prepare import Preparer, reasoning_of
+from coreai.server.prepare import Preparer
 from coreai.server.queue import Job, QueueFull
 from coreai.server.replies import ChatReply, CompletionReply
 from coreai.server.streaming import collect, sse
@@ -130,8 +130,7 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         check_model(req.model)
         params, constraint = await run_in_threadpool(prepare, req)
         jobs = submit(params, req.n)
-        reply = reply_class(req, constraint, model, name)
-        reply.reasoning = reasoning_of(model, req, params.prompt_ids)
+        reply = reply_class(req, constraint, model, name, params.reasoning)
         headers = enforcement_headers(constraint.session) if constraint else {}
         if req.stream:
             return StreamingResponse(sse(reply.stream(jobs)), media_type="text/event-stream", headers=headers)

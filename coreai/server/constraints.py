@@ -26,8 +26,6 @@ from guided import ConstrainedSession, TokenizerInfo
 from guided.enforcement import GRAMMAR
 from runtime import Model
 
-REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
-
 
 @dataclass
 class Constraint:
@@ -57,9 +55,8 @@ class Constraints:
     def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
-        effort = getattr(req, "reasoning_effort", None) or "medium"
         try:
-            return ConstrainedSession(self.model, max_reasoning_tokens=REASONING_BUDGETS[effort], **options)
+            return ConstrainedSession(self.model, **options)
         except (SchemaError, GrammarError) as exc:
             raise from_library_error(exc, param) from None
 

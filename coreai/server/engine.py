@@ -19,9 +19,9 @@ import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
 
 from guided import ConstrainedSession
-from guided.session import thinking_enabled
 from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
+from runtime.reasoning import ReasoningPlan
 from coreai.server.queue import Job, Worker
 
 log = logging.getLogger("coreai.server")
@@ -54,8 +54,8 @@ class GenerationParams:
     session: the guided session constraining the output, or None for free text.
     logprobs: return per-token logprobs; top_logprobs: how many alternatives (0-20) with each.
     speculative: the speculative-decoding option of `Model.stream` ("prompt_lookup", "draft", None).
-    chat_template_kwargs: the request's template variables ({"enable_thinking": False} keeps a
-        thinking model's session from opening a reasoning block).
+    reasoning: the generation's reasoning plan (`runtime.reasoning.plan_reasoning`: a thinking
+        model's block, its budget), or None.
     """
 
     prompt_ids: list[int]
@@ -66,7 +66,7 @@ class GenerationParams:
     logprobs: bool = False
     top_logprobs: int = 0
     speculative: str | None = None
-    chat_template_kwargs: dict | None = None
+    reasoning: ReasoningPlan | None = None
 
     def choices(self, n: int) -> list["GenerationParams"]:
         """The generations of a request's `n` choices: choice i is seeded `seed + i` (mod 2**64), so
@@ -111,9 +111,7 @@ class Engine:
         p: GenerationParams = job.params
         if p.session is not None:
             # Buffers of its own: the n choices of a request share its session and run at once.
-            strategy = p.session.strategy(
-                p.sampling, p.logprobs, thinking_enabled(p.chat_template_kwargs), shared_bitmask=False
-            )
+            strategy = p.session.strategy(p.sampling, p.logprobs, p.reasoning, shared_bitmask=False)
         else:
             strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs, padding_mask=self.model.padding_mask)
         self.batch.add(

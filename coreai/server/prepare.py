@@ -14,7 +14,9 @@ from coreai.server.constraints import Constraint, Constraints
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request
 from runtime import Model, SamplingParams
-from runtime.reasoning import ReasoningMarkers, ReasoningTokens
+from runtime.reasoning import plan_reasoning
+
+REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
 
 
 class Preparer:
@@ -31,6 +33,7 @@ class Preparer:
         max_tokens: int | None,
         logprobs: bool,
         top_logprobs: int,
+        reasoning=None,
     ) -> GenerationParams:
         if max_tokens is not None and max_tokens > self.config.max_tokens:
             field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
@@ -72,7 +75,7 @@ class Preparer:
             logprobs,
             top_logprobs,
             self.config.speculative,
-            getattr(req, "chat_template_kwargs", None),
+            reasoning,
         )
 
     def chat(self, req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
@@ -92,8 +95,11 @@ class Preparer:
             ids = self.model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
+        budget = REASONING_BUDGETS[req.reasoning_effort or "medium"]
+        reasoning = plan_reasoning(self.model.tokenizer.reasoning_tokens, ids, req.chat_template_kwargs, budget)
+        max_tokens = req.max_completion_tokens or req.max_tokens
         params = self.generation_params(
-            req, ids, constraint, req.max_completion_tokens or req.max_tokens, req.logprobs, req.top_logprobs or 0
+            req, ids, constraint, max_tokens, req.logprobs, req.top_logprobs or 0, reasoning
         )
         return params, constraint
 
@@ -116,18 +122,6 @@ class Preparer:
         want = req.logprobs is not None
         params = self.generation_params(req, ids, constraint, req.max_tokens, want, req.logprobs or 0)
         return params, constraint
-
-
-def reasoning_of(model: Model, req, prompt_ids: list[int]) -> tuple[ReasoningMarkers, bool] | None:
-    """(markers, whether the prompt opened the block) when a chat reply of a thinking model may
-    carry reasoning; None otherwise (no markers, thinking turned off, the template closed the block)."""
-    markers = model.tokenizer.reasoning_markers
-    if markers is None or not isinstance(req, s.ChatCompletionRequest):
-        return None
-    if (req.chat_template_kwargs or {}).get("enable_thinking") is False:
-        return None
-    state = ReasoningTokens.of(markers, model.tokenizer.hf).prompt_state(prompt_ids)  # detected: single tokens
-    return None if state == "closed" else (markers, state == "open")
 
 
 def template_message(m, index: int) -> dict:

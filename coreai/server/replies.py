@@ -15,7 +15,7 @@ from coreai.server.queue import Job
 from coreai.server.streaming import merge
 from coreai.server.tools import ParsedCall, ToolCallParser
 from runtime import GenerationResult, Model
-from runtime.reasoning import ReasoningMarkers, ReasoningSplitter, split_reasoning
+from runtime.reasoning import ReasoningPlan
 
 log = logging.getLogger("coreai.server")
 
@@ -62,9 +62,11 @@ class _Reply:
 
     chunk_object = ""  # the `object` of a streamed chunk
 
-    def __init__(self, req, constraint: Constraint | None, model: Model, name: str, prefix: str):
+    def __init__(
+        self, req, constraint: Constraint | None, model: Model, name: str, reasoning: ReasoningPlan | None, prefix: str
+    ):
         self.req, self.constraint, self.model, self.name = req, constraint, model, name
-        self.reasoning: tuple[ReasoningMarkers, bool] | None = None  # set by the route (see `_reasoning`)
+        self.reasoning = reasoning  # the generation's reasoning plan: the reply splits its block off
         self.id = prefix + uuid.uuid4().hex
         self.created = int(time.time())
 
@@ -104,8 +106,8 @@ class ChatReply(_Reply):
 
     chunk_object = "chat.completion.chunk"
 
-    def __init__(self, req: s.ChatCompletionRequest, constraint, model, name):
-        super().__init__(req, constraint, model, name, "chatcmpl-")
+    def __init__(self, req: s.ChatCompletionRequest, constraint, model, name, reasoning=None):
+        super().__init__(req, constraint, model, name, reasoning, "chatcmpl-")
         self.tools = constraint is not None and constraint.tool_mode is not None
 
     def logprobs(self, entries: list[TokenLogprob]) -> s.ChoiceLogprobs:
@@ -125,7 +127,7 @@ class ChatReply(_Reply):
         text = "".join(p.text for p in pieces)
         reasoning = None
         if self.reasoning is not None:
-            reasoning, text = split_reasoning(text, *self.reasoning)
+            reasoning, text = self.reasoning.split(text)
         calls: list[ParsedCall] = []
         if self.tools:
             parser = ToolCallParser()
@@ -169,7 +171,7 @@ class ChatReply(_Reply):
         """Chunks of one choice: the role, content / tool-call deltas (a call is sent whole once its
         block closes), the finish_reason."""
         parser = ToolCallParser() if self.tools else None
-        splitter = ReasoningSplitter(*self.reasoning) if self.reasoning else None
+        splitter = self.reasoning.splitter() if self.reasoning else None
         content: list[str] = []
         pending_logprobs: list[TokenLogprob] = []
         result = None
@@ -228,8 +230,8 @@ class CompletionReply(_Reply):
 
     chunk_object = "text_completion"
 
-    def __init__(self, req: s.CompletionRequest, constraint, model, name):
-        super().__init__(req, constraint, model, name, "cmpl-")
+    def __init__(self, req: s.CompletionRequest, constraint, model, name, reasoning=None):
+        super().__init__(req, constraint, model, name, reasoning, "cmpl-")
 
     def logprobs(self, entries: list[TokenLogprob], offset: int) -> s.CompletionLogprobs:
         tokens, values, tops, offsets = [], [], [], []

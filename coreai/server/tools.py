@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from guided.errors import SchemaError
 from guided.spec import check_metaschema, close_objects
 from guided.validation import check_json
+from runtime.stops import partial_suffix
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # The template renders calls with json.dumps' default separators; the constraint matches them.
@@ -187,9 +188,7 @@ class ToolCallParser:
                 self._held_space = ""  # whitespace right before a call is not content
                 self._in_call = True
                 continue
-            keep = next(
-                (k for k in range(min(len(OPEN) - 1, len(self._buf)), 0, -1) if self._buf.endswith(OPEN[:k])), 0
-            )
+            keep = partial_suffix(self._buf, (OPEN,))
             text, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
             return out + self._content(text)
 
