@@ -1,7 +1,9 @@
 """Errors raised by guided generation."""
 
+from runtime.errors import CoreAIError
 
-class GrammarError(ValueError):
+
+class GrammarError(CoreAIError, ValueError):
     """A grammar (regex, Lark, GBNF, choices) that cannot be compiled, or a compile over its limits."""
 
 

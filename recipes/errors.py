@@ -1,7 +1,9 @@
 """Errors raised by export recipes. Each message is one line naming the file and the problem."""
 
+from runtime.errors import CoreAIError
 
-class ExportError(RuntimeError):
+
+class ExportError(CoreAIError, RuntimeError):
     """An export that cannot be done: unknown recipe, unsupported architecture or tensor type,
     existing output folder without overwrite, failed verification."""
 
