@@ -1,11 +1,16 @@
-"""Shared fixtures. Real models are exported once into the user cache (`$COREAI_HOME` or
-~/.cache/coreai, the same one `make demo` uses) and shared by every test."""
+"""Shared fixtures and the two test lanes.
+
+Fast lane (`make test-fast`, `pytest -m "not model"`): the tiny random networks and a small byte-level
+BPE tokenizer trained here from tests/data/tiny_corpus.txt, no model export. Tests that load or export
+a real model (the `REAL_MODEL_FIXTURES`, `store.ensure`, `coreai.load()` of a registry name) carry the
+`model` marker: added automatically for those fixtures, and a test without it that reaches the model
+store fails (`_no_real_model_outside_the_model_lane`). Real models are exported once into the user
+cache (`$COREAI_HOME` or ~/.cache/coreai, the same one `make demo` uses) and shared by every test."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,35 @@ from coreai import store
 # The shared test data (JSON Schema Test Suite, JSONSchemaBench, MaskBench) lives beside the checkout;
 # $COREAI_SHARED_DATA points elsewhere. Tests that need it skip with the path in the reason.
 SHARED_DATA = Path(os.environ.get("COREAI_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = Path(__file__).parent / "data"
+
+# Fixtures that export or load a real model: a test using one (directly or through another fixture)
+# gets the `model` marker.
+REAL_MODEL_FIXTURES = frozenset({"qwen_dir", "gemma_dir", "qwen_model", "qwen_tokenizer", "gemma_tokenizer"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if REAL_MODEL_FIXTURES.intersection(item.fixturenames) and item.get_closest_marker("model") is None:
+            item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_model_outside_the_model_lane(request, monkeypatch):
+    """A test without the `model` marker that reaches the model store (an export, or a cached real
+    model) fails naming itself, so the fast lane cannot start exporting 491 MB unnoticed."""
+    if request.node.get_closest_marker("model") is not None:
+        return
+
+    def refuse(name, *args, **kwargs):
+        pytest.fail(
+            f"{request.node.nodeid} loads the real model {name!r} but has no `model` marker: "
+            "add @pytest.mark.model, or use the tiny model (tiny_model, tiny_model_dir)",
+            pytrace=False,
+        )
+
+    monkeypatch.setattr(store, "ensure", refuse)
+    monkeypatch.setattr(store.GGUFPackage, "part_paths", lambda self: refuse(self.filename))
 
 
 @pytest.fixture(scope="session")
@@ -51,34 +85,61 @@ def gemma_tokenizer(gemma_dir):
     return Tokenizer(gemma_dir, json.loads((gemma_dir / "config.json").read_text()))
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(qwen_dir, tmp_path_factory) -> Path:
-    """A tiny random qwen2 network (2 layers, width 64) with the real Qwen tokenizer and logit
-    width 151,936: fast, and exercises real tokenization (byte-level BPE, CJK, emoji)."""
+# -- the tiny tokenizer and networks (no model export) -------------------------------------------------
 
-    folder = tmp_path_factory.mktemp("tiny-qwen2")
-    for name in (
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "chat_template.jinja",
-        "generation_config.json",
-        "special_tokens_map.json",
-    ):
-        if (qwen_dir / name).exists():
-            shutil.copy(qwen_dir / name, folder / name)
-    _write_tiny_network(folder, qwen_dir, "qwen2")
-    return folder
+# Qwen2's pre-tokenizer split (tokenizer.json of Qwen2.5), then GPT-2 byte-level BPE.
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+TINY_MERGED = 1024  # byte tokens + merges learnt from tests/data/tiny_corpus.txt
+# After them, as in Qwen2.5: control tokens, then <tool_call> / </tool_call> as text-level added tokens.
+TINY_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+TINY_ADDED = ("<tool_call>", "</tool_call>")
+TINY_LOGITS = 1152  # the tiny networks' logit width: ids from len(tokenizer) up are padding, as Qwen's 271
 
 
-def _write_tiny_network(folder: Path, qwen_dir: Path, model_type: str, **extra) -> None:
-    """A random mlx-lm `model_type` network (2 layers, width 64, seed 0) with Qwen's logit width and
-    end ids, saved in `folder` as model.safetensors + config.json. `extra`: more config fields."""
+def _write_tiny_tokenizer(folder: Path, added: tuple[str, ...] = (), chat_template: str | None = None) -> None:
+    """A small Qwen2.5-style tokenizer in `folder` (tokenizer.json, tokenizer_config.json,
+    chat_template.jinja, special_tokens_map.json, generation_config.json): byte-level BPE with
+    `TINY_MERGED` entries trained on tests/data/tiny_corpus.txt (deterministic), Qwen's pre-tokenizer,
+    NFC, <|endoftext|> (id 1024) / <|im_start|> / <|im_end|> as control tokens, <tool_call> and
+    </tool_call> then `added` as text-level added tokens, end ids <|endoftext|> and <|im_end|>.
+    `chat_template`: the template (default tests/data/tiny_chat_template.jinja, Qwen2.5's markup)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TINY_MERGED, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    backend.train_from_iterator([(DATA / "tiny_corpus.txt").read_text(encoding="utf-8")], trainer)
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TINY_SPECIAL])
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TINY_ADDED + added])
+    hf = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    hf.chat_template = chat_template or (DATA / "tiny_chat_template.jinja").read_text(encoding="utf-8")
+    hf.save_pretrained(str(folder))
+    end_ids = [backend.token_to_id("<|endoftext|>"), backend.token_to_id("<|im_end|>")]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": end_ids}))
+    assert len(hf) < TINY_LOGITS, "the tiny networks need padding ids past the vocabulary"
+
+
+def _write_tiny_network(folder: Path, model_type: str, **extra) -> None:
+    """A random mlx-lm `model_type` network (2 layers, width 64, seed 0, logit width `TINY_LOGITS`)
+    saved in `folder` as model.safetensors + config.json, with the end ids of the tokenizer
+    already written there (`_write_tiny_tokenizer`). `extra`: more config fields."""
     import importlib
 
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    real = json.loads((qwen_dir / "config.json").read_text())
     config = dict(
         model_type=model_type,
         hidden_size=64,
@@ -87,11 +148,11 @@ def _write_tiny_network(folder: Path, qwen_dir: Path, model_type: str, **extra) 
         num_attention_heads=4,
         num_key_value_heads=2,
         rms_norm_eps=1e-6,
-        vocab_size=real["vocab_size"],
+        vocab_size=TINY_LOGITS,
         rope_theta=1e6,
         tie_word_embeddings=True,
         max_position_embeddings=512,
-        eos_token_id=real.get("eos_token_id"),
+        eos_token_id=json.loads((folder / "generation_config.json").read_text())["eos_token_id"],
         **extra,
     )
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
@@ -102,9 +163,25 @@ def _write_tiny_network(folder: Path, qwen_dir: Path, model_type: str, **extra) 
 
 
 @pytest.fixture(scope="session")
-def write_tiny_network(qwen_dir):
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random qwen2 network (2 layers, width 64, `TINY_LOGITS` logits) with the tiny
+    tokenizer: fast, no export, and real tokenization (byte-level BPE, CJK, emoji, padding ids)."""
+    folder = tmp_path_factory.mktemp("tiny-qwen2")
+    _write_tiny_tokenizer(folder)
+    _write_tiny_network(folder, "qwen2")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def write_tiny_tokenizer():
+    """`write_tiny_tokenizer(folder, added=(), chat_template=None)`: see `_write_tiny_tokenizer`."""
+    return _write_tiny_tokenizer
+
+
+@pytest.fixture(scope="session")
+def write_tiny_network():
     """`write_tiny_network(folder, model_type, **extra)`: see `_write_tiny_network`."""
-    return lambda folder, model_type, **extra: _write_tiny_network(folder, qwen_dir, model_type, **extra)
+    return _write_tiny_network
 
 
 @pytest.fixture(scope="session")
@@ -112,3 +189,9 @@ def tiny_model(tiny_model_dir):
     from runtime import load_model
 
     return load_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model):
+    """The tiny model's `runtime.Tokenizer` (see `_write_tiny_tokenizer`)."""
+    return tiny_model.tokenizer
