@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -91,18 +92,23 @@ def gemma_tokenizer(gemma_dir):
 QWEN_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-TINY_MERGED = 1024  # byte tokens + merges learnt from tests/data/tiny_corpus.txt
+TINY_MERGES = 4096  # a cap the corpus does not reach: every merge it offers (3,072 entries)
 # After them, as in Qwen2.5: control tokens, then <tool_call> / </tool_call> as text-level added tokens.
 TINY_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TINY_ADDED = ("<tool_call>", "</tool_call>")
-TINY_LOGITS = 1152  # the tiny networks' logit width: ids from len(tokenizer) up are padding, as Qwen's 271
+
+
+def tiny_logit_width(vocabulary: int) -> int:
+    """The tiny networks' logit width: the vocabulary rounded up past the next multiple of 128, as
+    Qwen2.5's 151,665 tokens have 151,936 logits; the ids from `vocabulary` up are padding."""
+    return (vocabulary // 128 + 1) * 128
 
 
 def _write_tiny_tokenizer(folder: Path, added: tuple[str, ...] = (), chat_template: str | None = None) -> None:
     """A small Qwen2.5-style tokenizer in `folder` (tokenizer.json, tokenizer_config.json,
     chat_template.jinja, special_tokens_map.json, generation_config.json): byte-level BPE with
-    `TINY_MERGED` entries trained on tests/data/tiny_corpus.txt (deterministic), Qwen's pre-tokenizer,
-    NFC, <|endoftext|> (id 1024) / <|im_start|> / <|im_end|> as control tokens, <tool_call> and
+    the merges of tests/data/tiny_corpus.txt (trained here, deterministic), Qwen's pre-tokenizer,
+    NFC, <|endoftext|> / <|im_start|> / <|im_end|> as control tokens, <tool_call> and
     </tool_call> then `added` as text-level added tokens, end ids <|endoftext|> and <|im_end|>.
     `chat_template`: the template (default tests/data/tiny_chat_template.jinja, Qwen2.5's markup)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -118,7 +124,7 @@ def _write_tiny_tokenizer(folder: Path, added: tuple[str, ...] = (), chat_templa
     )
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=TINY_MERGED, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=TINY_MERGES, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
     backend.train_from_iterator([(DATA / "tiny_corpus.txt").read_text(encoding="utf-8")], trainer)
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TINY_SPECIAL])
@@ -128,18 +134,27 @@ def _write_tiny_tokenizer(folder: Path, added: tuple[str, ...] = (), chat_templa
     hf.save_pretrained(str(folder))
     end_ids = [backend.token_to_id("<|endoftext|>"), backend.token_to_id("<|im_end|>")]
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": end_ids}))
-    assert len(hf) < TINY_LOGITS, "the tiny networks need padding ids past the vocabulary"
 
 
 def _write_tiny_network(folder: Path, model_type: str, **extra) -> None:
-    """A random mlx-lm `model_type` network (2 layers, width 64, seed 0, logit width `TINY_LOGITS`)
-    saved in `folder` as model.safetensors + config.json, with the end ids of the tokenizer
-    already written there (`_write_tiny_tokenizer`). `extra`: more config fields."""
+    """A random mlx-lm `model_type` network (2 layers, width 64, seed 0) for the tokenizer already
+    written in `folder` (`_write_tiny_tokenizer`): its end ids, `tiny_logit_width` logits. Saved in
+    `folder` as model.safetensors + config.json. `extra`: more config fields.
+
+    The output head is not tied to the embeddings: a random tied network repeats its last token
+    (its hidden state stays close to that token's embedding), an untied one writes varied text. Its
+    rows for the control tokens (the end ids among them) and the padding ids are zero, so that the
+    network, like a trained one, ends or writes a control token only when a grammar or a bias makes
+    it: random rows would end free text once every few hundred tokens (with the head scaled up, a zero
+    row's chance per sampled token is about 1e-5)."""
     import importlib
 
     import mlx.core as mx
     from mlx.utils import tree_flatten
+    from tokenizers import Tokenizer
 
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    vocabulary = tokenizer.get_vocab_size(with_added_tokens=True)
     config = dict(
         model_type=model_type,
         hidden_size=64,
@@ -148,9 +163,9 @@ def _write_tiny_network(folder: Path, model_type: str, **extra) -> None:
         num_attention_heads=4,
         num_key_value_heads=2,
         rms_norm_eps=1e-6,
-        vocab_size=TINY_LOGITS,
+        vocab_size=tiny_logit_width(vocabulary),
         rope_theta=1e6,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
         max_position_embeddings=512,
         eos_token_id=json.loads((folder / "generation_config.json").read_text())["eos_token_id"],
         **extra,
@@ -158,13 +173,20 @@ def _write_tiny_network(folder: Path, model_type: str, **extra) -> None:
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(0)
     network = module.Model(module.ModelArgs.from_dict(config))
-    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(network.parameters())))
+    weights = dict(tree_flatten(network.parameters()))
+    quiet = [i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special] + list(
+        range(vocabulary, config["vocab_size"])
+    )
+    head = weights["lm_head.weight"] * 6.0  # logits spread over a few units, as a trained model's
+    head[mx.array(quiet)] = 0.0
+    weights["lm_head.weight"] = head
+    mx.save_safetensors(str(folder / "model.safetensors"), weights)
     (folder / "config.json").write_text(json.dumps(config))
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    """A tiny random qwen2 network (2 layers, width 64, `TINY_LOGITS` logits) with the tiny
+    """A tiny random qwen2 network (2 layers, width 64, 3,200 logits) with the tiny
     tokenizer: fast, no export, and real tokenization (byte-level BPE, CJK, emoji, padding ids)."""
     folder = tmp_path_factory.mktemp("tiny-qwen2")
     _write_tiny_tokenizer(folder)
@@ -195,3 +217,29 @@ def tiny_model(tiny_model_dir):
 def tiny_tokenizer(tiny_model):
     """The tiny model's `runtime.Tokenizer` (see `_write_tiny_tokenizer`)."""
     return tiny_model.tokenizer
+
+
+class _SlowNetwork:
+    """A network whose every forward pass takes `delay` seconds longer."""
+
+    def __init__(self, network, delay: float):
+        self.network, self.delay = network, delay
+
+    def __call__(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return self.network(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.network, name)
+
+
+@pytest.fixture(scope="session")
+def slow_tiny_model(tiny_model_dir):
+    """The tiny model with each forward pass 5 ms slower: a 450-token generation lasts over 2 s on
+    any machine (the tiny network alone may write it in under 1 s), for tests of clients that leave
+    while a generation runs."""
+    from runtime import load_model
+
+    model = load_model(tiny_model_dir)
+    model.network = _SlowNetwork(model.network, 0.005)
+    return model

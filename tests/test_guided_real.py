@@ -83,7 +83,7 @@ def test_tiny_padding_never_allowed(tiny_info, tiny_model):
     """The tiny network's logit width exceeds its tokenizer, as Qwen's: the ids past the vocabulary
     are padding, never allowed by any grammar."""
     pad = set(range(len(tiny_model.tokenizer), tiny_model.vocab_size))
-    assert len(pad) > 100 and tiny_info.padding_ids >= pad
+    assert pad and tiny_info.padding_ids >= pad
     for regex in (r"[\[\]A-Z0-9]+", r"[\s\S]*"):
         mask = mask_of(compile_grammar(make_spec(regex=regex), tiny_info).matcher())
         assert mask.sum() > 40 and not mask[sorted(pad)].any()
