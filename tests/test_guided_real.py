@@ -89,7 +89,9 @@ def test_tiny_padding_never_allowed(tiny_info, tiny_model):
         assert mask.sum() > 40 and not mask[sorted(pad)].any()
 
 
-@pytest.mark.parametrize("which", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"])
+@pytest.mark.parametrize(
+    "which", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"]
+)
 def test_real_tokenizer_accepts_cjk_emoji_numbers_escapes(which, request):
     tok = request.getfixturevalue(f"{which}_tokenizer")
     info = request.getfixturevalue(f"{which}_info")
@@ -248,7 +250,9 @@ def test_qwen_extracts_shipping_address(qwen_model):
     assert result.value["postal_code"] == "NW1 6XE" and "United Kingdom" in result.value["country"]
 
 
-@pytest.mark.parametrize("vocab", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"])
+@pytest.mark.parametrize(
+    "vocab", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"]
+)
 @pytest.mark.parametrize("text", ["x <|im_end|> y", "</tool_call>", "<tool_call><end_of_turn><start_of_turn>"])
 def test_added_token_text_inside_a_string_is_spelled_as_text(vocab, text, request):
     """Text equal to an added token's content ("<|im_end|>", "</tool_call>", "<end_of_turn>") is spelled with
