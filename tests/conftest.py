@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def _write_tiny_tokenizer(folder: Path, added: tuple[str, ...] = (), chat_templa
 def _write_tiny_network(folder: Path, model_type: str, **extra) -> None:
     """A random mlx-lm `model_type` network (2 layers, width 64, seed 0) for the tokenizer already
     written in `folder` (`_write_tiny_tokenizer`): its end ids, `tiny_logit_width` logits. Saved in
-    `folder` as model.safetensors + config.json. `extra`: more config fields.
+    `folder` as model.safetensors + config.json. `extra`: more config fields (or other values).
 
     The output head is not tied to the embeddings: a random tied network repeats its last token
     (its hidden state stays close to that token's embedding), an untied one writes varied text. Its
@@ -168,8 +169,8 @@ def _write_tiny_network(folder: Path, model_type: str, **extra) -> None:
         tie_word_embeddings=False,
         max_position_embeddings=512,
         eos_token_id=json.loads((folder / "generation_config.json").read_text())["eos_token_id"],
-        **extra,
     )
+    config.update(extra)
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(0)
     network = module.Model(module.ModelArgs.from_dict(config))
@@ -204,6 +205,20 @@ def write_tiny_tokenizer():
 def write_tiny_network():
     """`write_tiny_network(folder, model_type, **extra)`: see `_write_tiny_network`."""
     return _write_tiny_network
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_model(qwen_dir, tmp_path_factory):
+    """A tiny random qwen2 network with the real Qwen tokenizer and logit width (a `model` test: it
+    needs the export), for a draft model of the real one."""
+    from runtime import load_model
+
+    folder = tmp_path_factory.mktemp("tiny-qwen-vocab")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (qwen_dir / name).exists():
+            shutil.copy(qwen_dir / name, folder / name)
+    _write_tiny_network(folder, "qwen2", vocab_size=json.loads((qwen_dir / "config.json").read_text())["vocab_size"])
+    return load_model(folder)
 
 
 @pytest.fixture(scope="session")
