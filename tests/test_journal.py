@@ -20,8 +20,8 @@ SCHEMAS = [
 
 
 @pytest.fixture(scope="module")
-def info(qwen_tokenizer):
-    return get_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids)
+def info(tiny_model):
+    return get_tokenizer_info(tiny_model.tokenizer.hf, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
 
 
 def test_a_restart_finds_what_was_compiled(info, tmp_path):
@@ -51,10 +51,11 @@ def test_bad_entries_are_skipped_and_removed(info, tmp_path):
     assert not (journal.dir / "truncated.json").exists()
 
 
-def test_another_tokenizer_has_its_own_entries(info, qwen_tokenizer, tmp_path):
-    wider = get_tokenizer_info(qwen_tokenizer.hf, 152_064, qwen_tokenizer.eos_ids)  # another logit width
+def test_another_tokenizer_has_its_own_entries(info, tiny_model, tmp_path):
+    tok, width = tiny_model.tokenizer, tiny_model.vocab_size
+    wider = get_tokenizer_info(tok.hf, width + 128, tok.eos_ids)  # another logit width
     assert wider.fingerprint != info.fingerprint
-    assert build_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids).fingerprint == info.fingerprint
+    assert build_tokenizer_info(tok.hf, width, tok.eos_ids).fingerprint == info.fingerprint
     cache = GrammarCache()
     cache.persist(GrammarJournal(tmp_path, info))
     cache.get(make_spec(schema=SCHEMAS[0]), wider)  # compiled for the other one: not recorded in this journal

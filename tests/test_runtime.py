@@ -296,7 +296,9 @@ def test_real_qwen_answers_a_factual_question(qwen_model):
     assert result.timings.ttft > 0 and result.usage.prompt_tokens > 10
 
 
-@pytest.mark.parametrize("vocab", ["qwen", "gemma"])
+@pytest.mark.parametrize(
+    "vocab", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"]
+)
 @pytest.mark.parametrize("text", [" yes", " 1, 2", "  two spaces", "\n<end>"])
 def test_streamed_text_keeps_a_leading_space(vocab, text, request):
     """The streamed text is exactly the tokens' text: mlx-lm's detokenizers drop a leading space by
