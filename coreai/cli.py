@@ -16,6 +16,7 @@ import sys
 from importlib.metadata import entry_points
 
 from coreai.errors import ExportError, GrammarError, ModelNotFound
+from runtime.errors import ParameterError
 
 COMMANDS = ("models", "export", "generate", "check-schema", "serve", "demo")
 COMMAND_GROUP = "coreai.commands"  # entry points: name = "package.module:register"
@@ -59,11 +60,23 @@ def _not_installed(how: str):
     return run
 
 
+def as_flag(exc: ParameterError, args: argparse.Namespace) -> str:
+    """The message of a setting's error in the command line's words when a flag gave the setting
+    ("max_batch must be >= 1" -> "--max-batch must be >= 1"), else as it is."""
+    message = str(exc)
+    if hasattr(args, exc.param) and message.startswith(exc.param):
+        return "--" + exc.param.replace("_", "-") + message[len(exc.param) :]
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
+    except ParameterError as exc:
+        print(f"coreai {args.command}: error: {as_flag(exc, args)}", file=sys.stderr)
+        return 1
     except (ModelNotFound, ExportError, GrammarError, ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"coreai {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -29,7 +29,8 @@ def imported_modules(tree: ast.AST) -> list[str]:
 
 
 def test_the_scan_sees_every_form_of_import():
-    source = "import benchmarks\nfrom benchmarks.server import main\ndef f():\n    importlib.import_module('benchmarks.x')\n"
+    source = "import benchmarks\nfrom benchmarks.server import main\n"
+    source += "def f():\n    importlib.import_module('benchmarks.x')\n"
     assert imported_modules(ast.parse(source)) == ["benchmarks", "benchmarks.server", "benchmarks.x"]
 
 

@@ -11,19 +11,26 @@ from typing import Iterator
 import uvicorn
 
 from coreai.server.app import ServerConfig, create_app
+from guided import GrammarCache
 
 
 @contextlib.contextmanager
 def serve_in_thread(
-    model, config: ServerConfig | None = None, host: str = "127.0.0.1", start_timeout: float = 60.0
+    model,
+    config: ServerConfig | None = None,
+    host: str = "127.0.0.1",
+    start_timeout: float = 60.0,
+    grammar_cache: GrammarCache | None = None,
 ) -> Iterator[str]:
-    """A real uvicorn server for `model` on a free port of `host`; yields its base URL
-    ("http://127.0.0.1:PORT") and shuts it down on exit. Raises RuntimeError if it does not start
-    within `start_timeout` seconds."""
-    app = create_app(model, config)
+    """A real uvicorn server for `model` on a free port of `host` (`create_app(model, config,
+    grammar_cache)`); yields its base URL ("http://127.0.0.1:PORT") and shuts it down on exit
+    (running requests get `shutdown_timeout`, then the worker is joined). Raises RuntimeError if it
+    does not start within `start_timeout` seconds."""
+    config = config or ServerConfig()
+    app = create_app(model, config, grammar_cache)
     sock = socket.socket()
     sock.bind((host, 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=config.shutdown_timeout))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="coreai-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout
@@ -35,5 +42,7 @@ def serve_in_thread(
         yield f"http://{host}:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(config.shutdown_timeout + 120)  # the requests' grace, then the worker's join
+        if thread.is_alive():
+            raise RuntimeError("the server did not stop")
         sock.close()

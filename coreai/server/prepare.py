@@ -14,6 +14,8 @@ from coreai.server.constraints import Constraint, Constraints
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request
 from runtime import Model, SamplingParams
+from runtime.errors import ParameterError
+from runtime.sampling import check_max_tokens
 from runtime.reasoning import ReasoningMarkers, ReasoningTokens
 
 
@@ -28,24 +30,17 @@ class Preparer:
         req: s.SamplingFields,
         prompt_ids: list[int],
         constraint: Constraint | None,
-        max_tokens: int | None,
         logprobs: bool,
         top_logprobs: int,
     ) -> GenerationParams:
-        if max_tokens is not None and max_tokens > self.config.max_tokens:
-            field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
-            raise bad_request(f"{field} must be <= {self.config.max_tokens} on this server", field)
-        budget = max_tokens or self.config.max_tokens
-        if self.model.context_length:
-            room = self.model.context_length - len(prompt_ids)
-            if room < 1:
-                raise bad_request(
-                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.model.context_length}",
-                    "messages" if hasattr(req, "messages") else "prompt",
-                    "context_length_exceeded",
-                )
-            budget = min(budget, room)  # cut at the context: finish_reason "length" says so
-        try:  # SamplingParams checks the ranges: one place for the API, the CLI and the server
+        """What the worker runs. Checks the token budget and the sampling ranges in one place (the
+        runtime's checks, each error a 400 naming its field), then cuts the budget at the context."""
+        # OpenAI's newer name wins when both are given.
+        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) is not None else "max_tokens"
+        try:
+            budget = self.config.max_tokens
+            if getattr(req, field) is not None:
+                budget = check_max_tokens(getattr(req, field), self.config.max_tokens, field)
             sampling = SamplingParams(
                 temperature=self.config.temperature if req.temperature is None else req.temperature,
                 top_p=1.0 if req.top_p is None else req.top_p,
@@ -57,12 +52,18 @@ class Preparer:
                 seed=None if req.seed is None else req.seed % 2**64,  # OpenAI's seeds are signed 64-bit
                 logit_bias=req.logit_bias,
             )
-            if sampling.logit_bias and max(sampling.logit_bias) >= self.model.vocab_size:
-                raise ValueError(
-                    f"logit_bias names token {max(sampling.logit_bias)}; the model has {self.model.vocab_size}"
+            sampling.check_token_ids(self.model.vocab_size)
+        except ParameterError as exc:
+            raise bad_request(str(exc), exc.param) from None
+        if self.model.context_length:
+            room = self.model.context_length - len(prompt_ids)
+            if room < 1:
+                raise bad_request(
+                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.model.context_length}",
+                    "messages" if hasattr(req, "messages") else "prompt",
+                    "context_length_exceeded",
                 )
-        except ValueError as exc:
-            raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from None
+            budget = min(budget, room)  # cut at the context: finish_reason "length" says so
         return GenerationParams(
             prompt_ids,
             sampling,
@@ -92,9 +93,7 @@ class Preparer:
             ids = self.model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
-        params = self.generation_params(
-            req, ids, constraint, req.max_completion_tokens or req.max_tokens, req.logprobs, req.top_logprobs or 0
-        )
+        params = self.generation_params(req, ids, constraint, req.logprobs, req.top_logprobs or 0)
         return params, constraint
 
     def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
@@ -114,7 +113,7 @@ class Preparer:
         else:
             ids = self.model.prompt_ids(prompt, chat_template=False)  # special-token text stays text
         want = req.logprobs is not None
-        params = self.generation_params(req, ids, constraint, req.max_tokens, want, req.logprobs or 0)
+        params = self.generation_params(req, ids, constraint, want, req.logprobs or 0)
         return params, constraint
 
 
