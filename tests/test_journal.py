@@ -3,6 +3,7 @@ as in a new process), keyed by the tokenizer's fingerprint and the engine's vers
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -82,3 +83,16 @@ def test_the_server_records_and_warms(tiny_model, tmp_path):
         while not restarted.stats().size and time.monotonic() < deadline:
             time.sleep(0.05)  # the warm-up runs on a background thread
         assert restarted.stats().size >= 1
+
+
+def test_a_stopped_warm_up_compiles_nothing_more(qwen_tokenizer, tmp_path):
+    """`warm(stop=...)` ends before the next compile once `stop` is set (the server's shutdown)."""
+    info = get_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids)
+    journal = GrammarJournal(tmp_path, info)
+    for schema in SCHEMAS:
+        journal.record(make_spec(schema=schema))
+    stop = threading.Event()
+    stop.set()
+    cache = GrammarCache()
+    assert cache.warm(journal, stop=stop) == 0 and cache.stats().size == 0
+    assert cache.warm(journal, stop=threading.Event()) == len(SCHEMAS)

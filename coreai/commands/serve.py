@@ -89,10 +89,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import uvicorn
-
     import coreai
     from coreai.server import ServerConfig, create_app
+    from coreai.server.background import Server
 
     if args.host not in LOOPBACK and not args.api_key:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
@@ -120,9 +119,11 @@ def run(args) -> int:
     app = create_app(model, config)
     port = sock.getsockname()[1]  # the port bound (--port 0 picks a free one)
     print(f"coreai serve: {model.name} on http://{args.host}:{port}/v1 (docs at /docs)", flush=True)
-    # On Ctrl-C uvicorn stops taking connections, gives running requests `shutdown_timeout`, then runs
-    # the lifespan's shutdown, which joins the worker and journal threads before the interpreter exits.
-    log_level = "info" if args.verbose else "warning"
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=config.shutdown_timeout))
-    server.run(sockets=[sock])
+    server = Server(app, log_level="info" if args.verbose else "warning")
+    try:
+        server.run(sockets=[sock])
+    finally:
+        # Normally done by the lifespan's shutdown, which a second Ctrl-C skips: the threads must be
+        # joined before the interpreter exits, or MLX and llguidance are torn down under them.
+        app.state.server.stop()
     return 0

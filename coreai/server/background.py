@@ -1,4 +1,6 @@
-"""Run the server in a background thread of this process (tests, benchmarks, notebooks)."""
+"""Running the app under uvicorn: `Server`, which drains the generation worker when uvicorn shuts
+down, and `serve_in_thread`, the server in a background thread of this process (tests, benchmarks,
+notebooks)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,29 @@ import time
 from typing import Iterator
 
 import uvicorn
+from fastapi.concurrency import run_in_threadpool
 
 from coreai.server.app import ServerConfig, create_app
 from guided import GrammarCache
+
+GRACE_AFTER_DRAIN = 30.0  # seconds for responses to finish writing once their generations ended
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server for an app of `create_app`. On shutdown (Ctrl-C, SIGTERM, `should_exit`) it
+    first drains the generation worker: no new generations (503), `shutdown_timeout` seconds for the
+    running ones, then they are cancelled; so the responses end themselves (finish_reason
+    "cancelled") rather than uvicorn cancelling their tasks mid-write. Then uvicorn's own shutdown
+    and the app's lifespan shutdown, which joins the worker and journal threads."""
+
+    def __init__(self, app, **options):
+        state = app.state.server
+        super().__init__(uvicorn.Config(app, timeout_graceful_shutdown=GRACE_AFTER_DRAIN, **options))
+        self.state = state
+
+    async def shutdown(self, sockets=None) -> None:
+        await run_in_threadpool(self.state.worker.drain, self.state.config.shutdown_timeout)
+        await super().shutdown(sockets)
 
 
 @contextlib.contextmanager
@@ -42,7 +64,7 @@ def serve_in_thread(
         yield f"http://{host}:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
-        thread.join(config.shutdown_timeout + 120)  # the requests' grace, then the worker's join
+        thread.join(config.shutdown_timeout + GRACE_AFTER_DRAIN + 60)  # drain, responses, the threads' join
         if thread.is_alive():
             raise RuntimeError("the server did not stop")
         sock.close()

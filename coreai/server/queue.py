@@ -12,9 +12,10 @@ A job carries its parameters; the batch delivers each job's items (`Job.put`) to
 step; a job cancelled while waiting is dropped from the queue before the next admission (or `load`)
 is counted and before the worker takes a job, so its place is freed at once, not when a row frees.
 
-The worker owns its batch (the batch knows nothing of the worker). `start` starts the thread and
-`close` stops it in order: no more admissions (`Closed`), waiting jobs released, running rows
-cancelled and stepped until they leave, then the thread is joined, so nothing touches MLX after.
+The worker owns its batch (the batch knows nothing of the worker). `start` starts the thread;
+`drain` stops admitting (`Closed`) and gives the jobs a grace period; `close` stops it in order:
+waiting jobs released, running rows cancelled and stepped until they leave, then the thread is
+joined, so nothing touches MLX after.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ class Worker:
         # waits can be taken out at once (`_release_cancelled`) instead of when the worker reaches it.
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # notified when a job arrives or the worker closes
+        self._left = threading.Condition(self._lock)  # notified when a job ends or leaves the queue
+        self._admitting = True
         self._waiting: collections.deque[Job] = collections.deque()
         self._running = 0  # taken by the worker thread, not yet done
         self._closing = False
@@ -119,7 +122,7 @@ class Worker:
         beside the `max_batch` running and `max_queue` waiting, Closed once `close` was called."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._closing:
+            if not self._admitting:
                 raise Closed()
             self._release_cancelled()
             if self._running + len(self._waiting) + len(params) > self.max_batch + self.max_queue:
@@ -137,11 +140,24 @@ class Worker:
             self._release_cancelled()
             return self._running, len(self._waiting)
 
+    def drain(self, grace: float) -> None:
+        """Stop admitting (`submit` raises Closed), wait up to `grace` seconds for the running and
+        waiting jobs to end, then cancel the rest (`close` without waiting)."""
+        deadline = time.monotonic() + grace
+        with self._lock:
+            self._admitting = False
+            self._release_cancelled()
+            while (self._running or self._waiting) and (left := deadline - time.monotonic()) > 0:
+                self._left.wait(left)
+                self._release_cancelled()
+        self.close(timeout=0)
+
     def close(self, timeout: float | None = None) -> bool:
         """Stop the thread and wait for it (at most `timeout` seconds; None: as long as it takes): no
         more admissions, waiting jobs released, running ones cancelled (they end at their next step,
         within a forward pass or a prefill chunk). Returns whether the thread has ended."""
         with self._lock:
+            self._admitting = False
             self._closing = True
             self._wake.notify()
         if self._thread.is_alive():
@@ -153,6 +169,7 @@ class Worker:
         for job in [j for j in self._waiting if j.cancel.is_set()]:
             self._waiting.remove(job)
             job.put(_END)
+            self._left.notify_all()
 
     def _take(self, room: int, block: bool) -> list[Job] | None:
         """Up to `room` waiting jobs, oldest first, now counted as running; waits for one if `block`.
@@ -172,6 +189,7 @@ class Worker:
         job.put(_END)
         with self._lock:
             self._running -= 1
+            self._left.notify_all()
             if job.started:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.started)
 

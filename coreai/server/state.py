@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coreai.server import schemas as s
 from coreai.server.config import ServerConfig
@@ -66,6 +66,7 @@ class ServerState:
     preparer: Preparer
     grammar_cache: GrammarCache
     warmup: GrammarWarmup | None
+    stopped: bool = field(default=False, init=False)
 
     @classmethod
     def build(cls, model: Model, config: ServerConfig, grammar_cache: GrammarCache | None = None) -> "ServerState":
@@ -101,7 +102,10 @@ class ServerState:
     def stop(self) -> None:
         """Stop in order before the interpreter may exit, so MLX and llguidance are never torn down
         under a running thread: the journal warm-up ends after its current compile, the worker stops
-        admitting, cancels its rows and is joined."""
+        admitting, cancels its rows and is joined. Once: later calls do nothing."""
+        if self.stopped:
+            return
+        self.stopped = True
         threads = [("generation", self.worker.close)]
         if self.warmup is not None:
             threads.insert(0, ("grammar-journal", self.warmup.stop))
