@@ -7,6 +7,7 @@ import socket
 
 from coreai import store
 from coreai.commands import common
+from coreai.server.config import ServerConfig  # no FastAPI: `coreai --help` stays quick
 
 log = logging.getLogger("coreai.server")
 
@@ -14,8 +15,6 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def register(sub) -> None:
-    from coreai.server.config import ServerConfig
-
     defaults = ServerConfig()  # the one source of the server's defaults
     p = sub.add_parser("serve", help="run the OpenAI-compatible server (guided response_format and tools)")
     p.add_argument(
@@ -90,7 +89,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import coreai
-    from coreai.server import ServerConfig, create_app
+    from coreai.server import create_app
     from coreai.server.background import Server
 
     if args.host not in LOOPBACK and not args.api_key:

@@ -119,7 +119,7 @@ class Worker:
     def submit(self, params: list[Any]) -> list[Job]:
         """Queue a job for each of `params` (a request's choices), all or none, and return them. Must
         be called on the event loop that will read them. Raises QueueFull when they would not all fit
-        beside the `max_batch` running and `max_queue` waiting, Closed once `close` was called."""
+        beside the `max_batch` running and `max_queue` waiting, Closed once `drain` or `close` was called."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if not self._admitting:
