@@ -28,6 +28,7 @@ same tokens per seed. At temperature 0 the draw is the argmax.
 from __future__ import annotations
 
 import math
+import numbers
 import secrets
 from dataclasses import dataclass
 
@@ -42,11 +43,12 @@ def check_max_tokens(max_tokens: int, limit: int | None = None, param: str = "ma
     """`max_tokens` (a completion budget in tokens) if it is an integer in [1, limit] (no upper
     bound when `limit` is None); the one check of it, beside `SamplingParams`' of the sampling
     ranges. Raises ParameterError naming `param` (the caller's name of the field)."""
-    if type(max_tokens) is not int or max_tokens < 1:  # bool is an int: True is a mistake, not 1
+    # bool is an Integral: True is a mistake, not 1; numpy's integers are fine
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
         raise ParameterError(f"{param} must be an integer >= 1, got {max_tokens!r}", param)
     if limit is not None and max_tokens > limit:
         raise ParameterError(f"{param} must be <= {limit}, got {max_tokens}", param)
-    return max_tokens
+    return int(max_tokens)
 
 
 @dataclass
