@@ -27,6 +27,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from runtime.prompt_cache import PromptCache
+from runtime.sampling import check_max_tokens
 from runtime.stops import StopStrings
 from runtime.strategy import DecodingStrategy, Drafter, Step
 
@@ -320,8 +321,7 @@ def stream_tokens(
     """
     if not prompt_ids:
         raise ValueError("the prompt is empty")
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    check_max_tokens(max_tokens)
     if context_length and len(prompt_ids) >= context_length:
         raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {context_length}")
     return _generate(network, tokenizer, prompt_ids, strategy, max_tokens=max_tokens, **options)

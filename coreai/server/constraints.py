@@ -22,7 +22,7 @@ from coreai.server.schemas import (
     NamedToolChoice,
     SamplingFields,
 )
-from guided import ConstrainedSession, TokenizerInfo
+from guided import ConstrainedSession, GrammarCache, TokenizerInfo
 from guided.enforcement import GRAMMAR
 from runtime import Model
 
@@ -38,11 +38,13 @@ class Constraint:
 
 class Constraints:
     """Builds `Constraint`s for one model. `tokenizer` is the grammar engine's view of the model's
-    tokenizer, or None when the engine cannot use it (then every constrained request is a 400)."""
+    tokenizer, or None when the engine cannot use it (then every constrained request is a 400).
+    `cache`: the compiled grammars of this server (its own, not the process-wide default)."""
 
-    def __init__(self, model: Model, tokenizer: TokenizerInfo | None):
+    def __init__(self, model: Model, tokenizer: TokenizerInfo | None, cache: GrammarCache):
         self.model = model
         self.tokenizer = tokenizer
+        self.cache = cache
         hf = model.tokenizer.hf
         self.supports_tools = tokenizer is not None and tool_format.template_supports_tools(
             getattr(hf, "chat_template", None)
@@ -56,7 +58,7 @@ class Constraints:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
         try:
-            return ConstrainedSession(self.model, **options)
+            return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:
             raise from_library_error(exc, param) from None
 
