@@ -23,7 +23,7 @@ from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import get_tokenizer_info
 from guided.validation import check_json
-from runtime.generate import Delta, GenerationResult
+from runtime.sequence import Delta, GenerationResult
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
 from runtime.sampling import SamplingParams
 from runtime.speculative import make_drafter
