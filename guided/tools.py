@@ -184,19 +184,18 @@ def tool_grammar(fmt: str, tools: list[Tool], *, mode: str, parallel: bool, refs
     head = "%llguidance {}\n"
     body = json.dumps(call_schema(tools, args_key(fmt)), ensure_ascii=False)
     capture = f"call_json[capture]: %json {body}\n"
-    if fmt == "generic":
-        calls = '"{\\"tool_calls\\": [" call_json (", " call_json)* "]}"' if parallel else '"{\\"tool_calls\\": [" call_json "]}"'
-        if mode == "none":
-            return head + 'start: "{\\"response\\": " response "}"\nresponse[capture]: %json {"type": "string"}\n'
-        answer = ' | "{\\"response\\": " response "}"\nresponse[capture]: %json {"type": "string"}' if mode == "auto" else ""
-        return head + f"start: {calls}{answer}\n" + capture
     if mode == "none":
         # Free text; a special-token marker cannot come out of a text lexeme, so no call starts.
         return head + "start: TEXT?\nTEXT: /(.|\\n)+/\n"
+    if fmt == "generic":
+        more = ' (", " call_json)*' if parallel else ""
+        rules = f'calls: "{{\\"tool_calls\\": [" call_json{more} "]}}"\n'
+        rules += 'answer: "{\\"response\\": " response "}"\nresponse[capture]: %json {"type": "string"}\n'
+        return head + f"start: calls{' | answer' if mode == 'auto' else ''}\n" + rules + capture
     if fmt == "hermes":
         open_ref, close_ref = refs[HERMES_OPEN], refs[HERMES_CLOSE]
         block = f'{open_ref} "\\n" call_json "\\n" {close_ref}'
-        rules = f'calls: block ("\\n" block)*\n' if parallel else "calls: block\n"
+        rules = 'calls: block ("\\n" block)*\n' if parallel else "calls: block\n"
         rules += f"block: {block}\n"
         if not open_ref.startswith("<["):
             raise ValueError(f"{HERMES_OPEN} is not a special token of this tokenizer: use tool_format='generic'")
@@ -232,3 +231,60 @@ def generic_system_prompt(tools: list[Tool], mode: str) -> str:
         'Respond with one JSON object: {"tool_calls": [{"name": "<function name>", "arguments": {<its arguments>}}]} '
         f"to call functions{answer}."
     )
+
+
+@dataclass
+class ToolConstraint:
+    """A tools constraint built for one tokenizer: the grammar and what decoding and the reply
+    need. mode: "auto", "required" or "none" (a named function is "required" over one tool,
+    `parallel` False). markers: special-token ids that open calls after text."""
+
+    tools: list[Tool]
+    fmt: str
+    mode: str
+    parallel: bool
+    grammar: str
+    markers: frozenset[int]
+
+    @property
+    def template_tools(self) -> list[dict] | None:
+        """The tools for the chat template (None under "none" and for the generic format, whose
+        template has no tool markup: `system_prompt` describes them instead)."""
+        return None if self.mode == "none" or self.fmt == "generic" else [t.template for t in self.tools]
+
+    @property
+    def system_prompt(self) -> str | None:
+        return generic_system_prompt(self.tools, self.mode) if self.fmt == "generic" and self.mode != "none" else None
+
+
+def tool_constraint(
+    tools, tool_choice, parallel: bool, tool_format: str | None, hf_tokenizer, ll_tokenizer
+) -> ToolConstraint:
+    """The `ToolConstraint` of `ConstrainedSession(tools=..., tool_choice=..., ...)`. tool_choice:
+    "auto" (None), "required", "none" or {"type": "function", "function": {"name": ...}} (also the
+    flat {"type": "function", "name": ...}). tool_format: None to detect it from the chat template.
+    Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
+    tokenizer cannot express) or SchemaError (bad parameters)."""
+    if not tools:
+        raise ValueError("tools must be a non-empty list")
+    parsed = [make_tool(t) for t in tools]
+    names = [t.name for t in parsed]
+    if len(set(names)) != len(names):
+        raise ValueError("tool function names must be unique")
+    fmt = tool_format or detect_format(getattr(hf_tokenizer, "chat_template", None))
+    choice = tool_choice or "auto"
+    allowed, mode = parsed, choice
+    if isinstance(choice, dict):
+        name = (choice.get("function") or choice).get("name")
+        if name not in names:
+            raise ValueError(f"tool_choice names the function {name!r}, which is not in tools")
+        allowed, mode, parallel = [t for t in parsed if t.name == name], "required", False
+    elif choice not in MODES:
+        raise ValueError(f"tool_choice must be one of {', '.join(MODES)} or a named function, got {choice!r}")
+    refs = {t: token_ref(t, hf_tokenizer, ll_tokenizer) for t in (HERMES_OPEN, HERMES_CLOSE, PYTHON_TAG)}
+    if fmt == "llama3" and PYTHON_TAG not in (getattr(hf_tokenizer, "chat_template", None) or ""):
+        del refs[PYTHON_TAG]
+    grammar = tool_grammar(fmt, allowed, mode=mode, parallel=parallel, refs=refs)
+    marker_texts = {"hermes": [HERMES_OPEN], "llama3": [PYTHON_TAG] if PYTHON_TAG in refs else []}.get(fmt, [])
+    markers = frozenset(int(refs[m][2:-2]) for m in marker_texts if refs[m].startswith("<["))
+    return ToolConstraint(parsed, fmt, mode, parallel, grammar, markers)
