@@ -44,8 +44,9 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, LRUPromptCache, make_prompt_cache, trim_prompt_cache
 
-from runtime.generate import Delta, Sequence, default_prefill_step
+from runtime.generate import default_prefill_step
 from runtime.sampling import check_max_tokens
+from runtime.sequence import Delta, Sequence
 from runtime.strategy import DecodingStrategy, Drafter
 
 _MODEL_KEY = "model"  # LRUPromptCache keys entries by model; one batch serves one model

@@ -14,7 +14,8 @@ import numpy as np
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from runtime.errors import ModelNotFound
-from runtime.generate import Delta, GenerationResult, stream_tokens
+from runtime.generate import stream_tokens
+from runtime.sequence import Delta, GenerationResult
 from runtime.prompt_cache import PromptCache
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.speculative import make_drafter

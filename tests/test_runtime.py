@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from runtime import ModelNotFound, PromptCache, SamplingParams, SamplingStrategy, Step, TokenSampler, load_model
-from runtime.generate import Sequence
+from runtime.sequence import Sequence
 from runtime.stops import StopStrings
 
 
@@ -309,3 +309,30 @@ def test_streamed_text_keeps_a_leading_space(vocab, text, request):
         detok.add_token(i)
     detok.finalize()
     assert detok.text == text
+
+
+def test_channels_label_the_streamed_text(tiny_model):
+    """`Step.channels` labels tokens, and may relabel tokens still held back: every token is held one
+    step as "new", then relabelled "old"; the streamed parts and the result's parts carry the labels."""
+    from runtime import SamplingStrategy
+
+    class Relabel(SamplingStrategy):
+        def advance(self, accepted, token):
+            step = super().advance(accepted, token)
+            earlier = ["old"] if len(self.context) > self.prompt_len else []
+            step.channels, step.hold = earlier + ["new"] * len(step.tokens), 1
+            return step
+
+        def begin(self, prompt_ids, drafter=None):
+            super().begin(prompt_ids, drafter)
+            self.prompt_len = len(prompt_ids)
+
+    parts = []
+    for delta in tiny_model.stream("hi", strategy=Relabel(), max_tokens=8, chat_template=False):
+        parts += delta.parts
+        assert "".join(t for _, t in delta.parts) == delta.text
+    result = delta.result
+    assert "".join(t for _, t in result.parts) == result.text
+    labels = [label for label, _ in result.parts]
+    assert labels in (["old", "new"], ["old"]), result.parts  # the last token's text may be empty
+    assert [label for label, _ in parts if _][:1] == ["old"]

@@ -40,10 +40,12 @@ class TokenLogprob:
 
 @dataclass
 class Piece:
-    """One streamed step: text (never splits a UTF-8 character) and, if asked, its tokens' logprobs."""
+    """One streamed step: text (never splits a UTF-8 character) and, if asked, its tokens' logprobs;
+    parts: the text by channel (`runtime.Delta.parts`: tool-call segments of a tools constraint)."""
 
     text: str
     logprobs: list[TokenLogprob] | None = None
+    parts: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -139,7 +141,7 @@ class Engine:
         job, p = row.tag, row.tag.params
         logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
         if delta.text or logprobs:
-            job.put(Piece(delta.text, logprobs))
+            job.put(Piece(delta.text, logprobs, delta.parts))
         if delta.result is None:
             return
         r = delta.result

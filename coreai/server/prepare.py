@@ -92,6 +92,8 @@ class Preparer:
             [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
         )
         messages = [template_message(m, i) for i, m in enumerate(req.messages)]
+        if constraint is not None and constraint.session.tools is not None:  # the tools as the format needs them
+            tools, messages = constraint.session.tools.template_tools, constraint.session.tool_prompt(messages)
         try:
             ids = self.model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
         except (TemplateError, ValueError) as exc:
