@@ -137,7 +137,10 @@ STOP_CASES = [
 
 @pytest.mark.parametrize("text, stop", STOP_CASES)
 @pytest.mark.parametrize("per_step", [1, 3])
-@pytest.mark.parametrize("tokenizer", ["qwen_tokenizer", "gemma_tokenizer"])
+@pytest.mark.parametrize(
+    "tokenizer",
+    ["tiny_tokenizer"] + [pytest.param(t, marks=pytest.mark.model) for t in ("qwen_tokenizer", "gemma_tokenizer")],
+)
 def test_a_token_is_reported_iff_all_its_text_is_in_the_content(request, tokenizer, text, stop, per_step):
     """Issue 24: the tokens reported with a delta (and their logprobs) are exactly the longest run
     of output tokens whose text is all in the content, whatever the tokenizer's detokenizer holds
