@@ -31,7 +31,8 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from guided.spec import SUBSCHEMA_LIST, SUBSCHEMA_MAP, pointer, resolve_local_ref
+from guided.schema.pointer import pointer, resolve_local_ref
+from guided.schema.walk import SUBSCHEMA_LIST, SUBSCHEMA_MAP
 from guided.validation import validator_for
 
 # Keywords whose error on an object or array stays as members are added (an excess or a duplicate is

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import idna
 import regex
 
-from guided.spec import pointer
+from guided.schema.pointer import pointer
 
 if TYPE_CHECKING:
     import jsonschema
