@@ -21,7 +21,7 @@ from llguidance import LLMatcher, LLParserLimits
 from guided.checker import CheckPlan
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 from guided.matcher import GrammarMatcher
-from guided.schema.pointer import get, local_ref, path_of, pointer
+from guided.schema.pointer import get, local_ref, parse_pointer, path_of, pointer
 from guided.schema.rewrite import close_objects
 from guided.schema.walk import keyword_paths, nodes
 from guided.spec import JSON_KINDS, GrammarSpec
@@ -211,17 +211,23 @@ def compile_grammar(
             raise blocker from None
         except GrammarError:
             raise refusal from None
-        if any(not _can_validate(spec.schema, n) for n in compiled.not_enforced):
-            raise refusal from None
-    if compiled.not_enforced:
-        checked = [n for n in compiled.not_enforced if _can_validate(spec.schema, n)]
-        compiled.not_enforced = tuple(n for n in compiled.not_enforced if n not in checked)
-        compiled.validated = tuple(checked)
-        if checked:
-            paths = frozenset(path_of(spec.schema, n.pointer) for n in checked)
-            compiled.checks = CheckPlan(spec.schema, paths)
+        # Name what nothing enforces, not the keyword the engine happened to report first (a
+        # `uniqueItems` the validator checks, beside an unknown format).
+        if unchecked := [n for n in compiled.not_enforced if not _can_validate(spec.schema, n)]:
+            raise _unsupported(unchecked[0].keyword, unchecked[0].pointer, unchecked[0].message) from None
+    checked = [n for n in compiled.not_enforced if _can_validate(spec.schema, n)]
+    compiled.not_enforced = tuple(n for n in compiled.not_enforced if n not in checked)
+    # Numeric keywords the spec left out of the grammar (the engine would round them).
+    checked += [NotEnforced(parse_pointer(p)[-1], p, _INEXACT) for p in spec.validated]
+    compiled.validated = tuple(checked)
+    if checked:
+        paths = frozenset(path_of(spec.schema, n.pointer) for n in checked)
+        compiled.checks = CheckPlan(spec.schema, paths)
     compiled.compile_seconds = time.perf_counter() - t0
     return compiled
+
+
+_INEXACT = "the engine would judge this number in floating point, not as the exact decimal"
 
 
 def _can_validate(schema, gap: NotEnforced) -> bool:
@@ -231,6 +237,13 @@ def _can_validate(schema, gap: NotEnforced) -> bool:
         return False
     value = get(schema, path_of(schema, gap.pointer)) if gap.keyword == "format" else None
     return can_validate(schema, gap.keyword, value)
+
+
+def _unsupported(keyword: str, where: str, message: str) -> UnsupportedSchemaFeature:
+    """The refusal of `keyword` at JSON pointer `where` ("" and "" when the engine's `message` could
+    not be located in the schema)."""
+    where_text = f" at {where or '/'}" if keyword else ""
+    return UnsupportedSchemaFeature(f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where)
 
 
 def _compile(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None) -> CompiledGrammar:
@@ -257,11 +270,7 @@ def _compile(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits
             )
             hint = " under strict mode (strict=False allows undeclared properties)" if closed else ""
             raise SchemaError(f"no JSON value satisfies the schema{hint}: {message}")
-        keyword, where = locate(spec.schema, message)[0]
-        where_text = f" at {where or '/'}" if keyword else ""
-        raise UnsupportedSchemaFeature(
-            f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where
-        )
+        raise _unsupported(*locate(spec.schema, message)[0], message)
     # The lexer is built lazily: the first mask is where most limits (lexer states, fuel, Earley
     # items) are hit. Computing it here turns that into a compile error, and every matcher copied
     # from the template starts with the work done.

@@ -5,8 +5,8 @@ Options (the same for every input kind that uses them):
 
 - `any_whitespace=False`: JSON is compact (`{"a":1,"b":[2,3]}`: separators "," and ":", no other
   whitespace), so a model cannot pad its output with runaway newlines. True allows any JSON
-  whitespace between tokens (llguidance's `whitespace_flexible`), in bounded runs: at most 2 line
-  breaks then at most 64 spaces/tabs (`WHITESPACE_PATTERN`).
+  whitespace between tokens (llguidance's `whitespace_flexible`) in any order, in bounded runs: at
+  most 2 line breaks and at most 64 spaces/tabs before, between and after them (`WHITESPACE_PATTERN`).
 - `strict=True`: like OpenAI's strict mode, an object schema that declares `properties` and says
   nothing about other keys (no `additionalProperties`, `patternProperties` or
   `unevaluatedProperties`) gets `additionalProperties: false`: the output has only declared keys.
@@ -35,6 +35,8 @@ from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
 from guided.errors import GrammarError, SchemaError
 from guided.schema.checks import check_depth, check_finite, check_metaschema, check_property_patterns
+from guided.schema.numbers import engine_numbers
+from guided.schema.pointer import pointer
 from guided.schema.rewrite import close_objects, exact_formats
 
 JSON_KINDS = ("json_schema", "json_object")
@@ -49,12 +51,16 @@ class GrammarSpec:
     schema: the JSON Schema as given (after parsing, before strict mode), for the final output check;
         None for non-JSON kinds.
     options: the options that shaped `grammar` (any_whitespace, strict, lenient), for reports.
+    validated: JSON pointers (into `schema`) of numeric keywords left out of `grammar` because the
+        engine would judge them inexactly (`guided.schema.numbers.engine_numbers`); the decoder
+        enforces them by validate-and-rollback.
     """
 
     kind: str
     grammar: str
     schema: Any = None
     options: dict = field(default_factory=dict, compare=False, hash=False)
+    validated: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     @property
     def lenient(self) -> bool:
@@ -117,11 +123,13 @@ def _parses(text: str) -> bool:
     return True
 
 
-# Whitespace between JSON tokens under `any_whitespace`: at most 2 line breaks, then at most 64 spaces
-# or tabs (indentation of 16 levels at indent 4). llama.cpp's JSON grammars bound it the same way
+# Whitespace between JSON tokens under `any_whitespace`: any order of space, tab, CR and LF (JSON's
+# `ws`), bounded: at most 2 line breaks (LF, CR, or CRLF counted as one) and at most 64 spaces/tabs
+# before, between and after them (indentation of 16 levels at indent 4, where the old bound was the
+# same but only for breaks first, then indentation). llama.cpp's JSON grammars bound it the same way
 # (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar); JSON's own rule is unbounded,
-# which lets a model spend its whole budget on whitespace.
-WHITESPACE_PATTERN = r"(?:\r?\n){0,2}[ \t]{0,64}"
+# which lets a model spend its whole budget on whitespace. Longest run: 3 * 64 + 2 * 2 = 196 characters.
+WHITESPACE_PATTERN = r"[ \t]{0,64}(?:(?:\r\n|\r|\n)[ \t]{0,64}){0,2}"
 
 
 def json_grammar(schema, any_whitespace: bool, lenient: bool) -> str:
@@ -175,12 +183,15 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     if schema is False:
         raise SchemaError("the schema `false` accepts no value")
     check_finite(schema)
-    compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
-    compiled = exact_formats(compiled) if isinstance(compiled, dict) else compiled
-    if compiled is True:  # llguidance applies options only to object schemas; {} means the same as true
-        compiled = {}
+    if schema is True:  # llguidance applies options only to object schemas; {} means the same as true
+        compiled, validated = {}, ()
+    else:  # paths of `schema`: the rewrites below add keys and allOf members, never move one
+        compiled, validated = engine_numbers(schema)
+        compiled = close_objects(compiled) if strict else compiled
+        compiled = exact_formats(compiled)
     options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
-    return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
+    pointers = tuple(pointer(p) for p in validated)
+    return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options, pointers)
 
 
 def make_spec(

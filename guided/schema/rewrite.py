@@ -1,5 +1,5 @@
 """Schema-to-schema rewrites applied before compiling: strict mode's closed objects
-(`close_objects`) and formats replaced by exact patterns (`exact_formats`). Each returns a copy
+(`close_objects`), formats replaced by exact patterns or bounded (`exact_formats`). Each returns a copy
 (key order kept) and leaves the caller's schema alone."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _intersected(root) -> set[int]:
     return seen
 
 
-def _under_exclusion(root) -> set[int]:
+def under_exclusion(root) -> set[int]:
     """ids of the subschemas inside `oneOf` members, `not` and `if` (also through local `$ref`s).
     There a narrower subschema can make an instance valid that the schema as given rejects: closing
     one oneOf branch can make overlapping branches look exclusive; closing inside `not` widens it."""
@@ -62,12 +62,12 @@ def close_objects(schema):
     """Strict mode: a copy of `schema` where object schemas with `properties` and no say on other keys
     get `additionalProperties: false`. Left open (closing would forbid keys that another part of the
     schema allows, or make a required key impossible): parts of an intersection (`_intersected`),
-    subschemas under oneOf/not/if (`_under_exclusion`),
+    subschemas under oneOf/not/if (`under_exclusion`),
     schemas with allOf/anyOf/oneOf or a `$ref` beside their `properties`, and objects whose
     `required` names a key they do not declare."""
     schema = json.loads(json.dumps(schema))  # deep copy that keeps key order
     intersected = _intersected(schema)
-    exclusive = _under_exclusion(schema)
+    exclusive = under_exclusion(schema)
     for _, sub in subschemas(schema):
         if not isinstance(sub, dict) or not isinstance(sub.get("properties"), dict) or id(sub) in intersected:
             continue
@@ -117,13 +117,28 @@ EXACT_FORMATS = {
 }
 
 
+# Formats the engine enforces without a length bound, where a small model can loop inside one string
+# until max_tokens: an `allOf` member beside the format bounds them. email: RFC 5321 section 4.5.3.1
+# (local part at most 64 octets, a path at most 256 octets with its angle brackets: an address at most
+# 254). The engine's email pattern is ASCII only, without quoted local parts, so characters are octets
+# and the local part is everything before the one "@".
+BOUNDED_FORMATS = {
+    "email": {"pattern": "^[^@]{1,64}@", "maxLength": 254},
+}
+
+
 def exact_formats(schema):
     """A copy of `schema` where `format` keywords listed in `EXACT_FORMATS` become an `allOf` member
-    with the exact pattern. Left alone under oneOf/not/if (`_under_exclusion`), where a narrower
-    hostname would widen what the enclosing schema admits; the final check covers those."""
+    with the exact pattern, and those in `BOUNDED_FORMATS` get their bounds as an `allOf` member beside
+    them. Left alone under oneOf/not/if (`under_exclusion`), where a narrower string would widen what
+    the enclosing schema admits; the final check covers those."""
     schema = json.loads(json.dumps(schema))
-    exclusive = _under_exclusion(schema)
+    exclusive = under_exclusion(schema)
     for _, sub in subschemas(schema):
-        if isinstance(sub, dict) and sub.get("format") in EXACT_FORMATS and id(sub) not in exclusive:
+        if not isinstance(sub, dict) or id(sub) in exclusive:
+            continue
+        if sub.get("format") in EXACT_FORMATS:
             sub["allOf"] = [*sub.get("allOf", []), EXACT_FORMATS[sub.pop("format")]]
+        elif sub.get("format") in BOUNDED_FORMATS:
+            sub["allOf"] = [*sub.get("allOf", []), BOUNDED_FORMATS[sub["format"]]]
     return schema
