@@ -205,12 +205,12 @@ def compile_grammar(
         compiled = _compile(spec, tokenizer, limits)
     except UnsupportedSchemaFeature as refusal:
         # Compile the superset the engine can express; refuse only what the validator cannot check either.
+        # An error here (a keyword refused even in lenient mode, no satisfying value, a limit) is what
+        # really blocks the schema, not the keyword the validator would have checked.
         try:
             compiled = _compile(spec.as_lenient(), tokenizer, limits)
-        except UnsupportedSchemaFeature as blocker:  # what the engine refuses even leaving keywords out
-            raise blocker from None
-        except GrammarError:
-            raise refusal from None
+        except GrammarError as blocker:
+            raise blocker from refusal
         # Name what nothing enforces, not the keyword the engine happened to report first (a
         # `uniqueItems` the validator checks, beside an unknown format).
         if unchecked := [n for n in compiled.not_enforced if not _can_validate(spec.schema, n)]:

@@ -51,20 +51,26 @@ class GrammarSpec:
     schema: the JSON Schema as given (after parsing, before strict mode), for the final output check;
         None for non-JSON kinds.
     options: the options that shaped `grammar` (any_whitespace, strict, lenient), for reports.
-    validated: JSON pointers (into `schema`) of numeric keywords left out of `grammar` because the
-        engine would judge them inexactly (`guided.schema.numbers.engine_numbers`); the decoder
-        enforces them by validate-and-rollback.
     """
 
     kind: str
     grammar: str
     schema: Any = None
     options: dict = field(default_factory=dict, compare=False, hash=False)
-    validated: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     @property
     def lenient(self) -> bool:
         return bool(self.options.get("lenient"))
+
+    @property
+    def validated(self) -> tuple[str, ...]:
+        """JSON pointers (into `schema`) of the numeric keywords `grammar` widens or leaves out because
+        the engine would judge them inexactly (`guided.schema.numbers.engine_numbers`); the decoder
+        enforces them by validate-and-rollback. A function of `schema` alone, so a spec read back
+        from the grammar journal has them too."""
+        if self.kind not in JSON_KINDS or not isinstance(self.schema, dict):
+            return ()
+        return tuple(pointer(p) for p in engine_numbers(self.schema)[1])
 
     def as_lenient(self) -> GrammarSpec:
         """The same JSON Schema with the same whitespace and strict options, compiled in the engine's
@@ -184,14 +190,13 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
         raise SchemaError("the schema `false` accepts no value")
     check_finite(schema)
     if schema is True:  # llguidance applies options only to object schemas; {} means the same as true
-        compiled, validated = {}, ()
-    else:  # paths of `schema`: the rewrites below add keys and allOf members, never move one
-        compiled, validated = engine_numbers(schema)
+        compiled = {}
+    else:
+        compiled = engine_numbers(schema)[0]
         compiled = close_objects(compiled) if strict else compiled
         compiled = exact_formats(compiled)
     options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
-    pointers = tuple(pointer(p) for p in validated)
-    return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options, pointers)
+    return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
 
 
 def make_spec(

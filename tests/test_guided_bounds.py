@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from guided import (  # noqa: E402
+    GrammarSpec,
+    SchemaError,
     UnsupportedSchemaFeature,
     check_json,
     compile_grammar,
@@ -128,6 +130,17 @@ def test_satisfiable_multiple_of_with_bounds_is_not_refused(byte_tok):
         assert (violation is None) == valid, text
 
 
+def test_widened_bounds_keep_their_own_cache_key_and_checks():
+    """maximum 0.5 is given to the engine as maximum 1 (and checked by rollback): its grammar text,
+    the cache's key, must differ from maximum 1's, and a spec rebuilt from the journal's fields
+    (kind, grammar, schema, options) must still carry the check."""
+    widened = make_spec(schema={"type": "number", "maximum": 0.5})
+    plain = make_spec(schema={"type": "number", "maximum": 1})
+    assert widened.grammar != plain.grammar
+    assert GrammarSpec(widened.kind, widened.grammar, widened.schema, widened.options).validated == ("/maximum",)
+    assert plain.validated == ()
+
+
 DIVISORS = ["0.01", "0.05", "0.3", "3", "0.001", "2.5", "1e-5", "7", "0.07"]
 
 
@@ -212,6 +225,19 @@ def test_refusal_names_the_keyword_nothing_enforces(byte_tok, schema):
     where = "/items/format" if "items" in schema else "/properties/c/format"
     assert (refusal.value.keyword, refusal.value.pointer) == ("format", where)
     assert f"format at {where}" in str(refusal.value)
+
+
+def test_refusal_beside_a_validated_keyword_names_the_real_blocker(byte_tok):
+    """`not` is enforced by validate-and-rollback; what blocks the schema is the empty range."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}},
+        "required": ["a"],
+        "not": {"required": ["b"]},
+    }
+    with pytest.raises(SchemaError, match="no JSON value satisfies the schema") as refusal:
+        compiled_for(byte_tok, schema=schema)
+    assert not isinstance(refusal.value, UnsupportedSchemaFeature)
 
 
 # -- 8. email -----------------------------------------------------------------------------------

@@ -209,6 +209,10 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# Where the engine schema keeps the numeric keywords it was given widened or left out (see `engine_numbers`).
+EXACT_KEY = "x-coreai-exact"
+
+
 def _widened(key: str, value: Decimal, step: Decimal) -> int:
     """An integer bound beyond `value` (outward) by more than `step`: the engine's float rounding of
     bound / multipleOf cannot cross a multiple inside the exact bound."""
@@ -229,15 +233,20 @@ def engine_numbers(schema) -> tuple[Any, tuple[tuple, ...]]:
     - decimal bounds of an integer schema become its exact integer bounds (exclusiveMaximum 2.5 ->
       maximum 2): no rollback needed.
 
-    The engine schema admits a superset, so no satisfiable schema is refused. Leaving a keyword out
+    The schema's own values of those keywords are kept in the engine schema under `EXACT_KEY` (the
+    engine ignores it), so the grammar text, the compiled-grammar cache's key, differs from that of a
+    schema that asks for the widened bounds themselves. The engine schema admits a superset, so no
+    satisfiable schema is refused. Leaving a keyword out
     widens its subschema; under `not`/`if`, which the engine leaves out itself, that changes nothing.
     Draft 4 (boolean exclusiveMinimum/exclusiveMaximum) is only left out of, with the booleans.
     Paths are those of `schema` (the copy has the same keys)."""
     engine = json.loads(json.dumps(schema))
     dropped: list[tuple] = []
-    for path, node in subschemas(engine):
+    for path, node in list(subschemas(engine)):
         if not isinstance(node, dict):
             continue
+        given = {k: node[k] for k in ("multipleOf", *_BOUNDS) if k in node}
+        before = len(dropped)
         legacy = any(isinstance(node.get(k), bool) for k in ("exclusiveMinimum", "exclusiveMaximum"))
         if not legacy and node.get("type") in ("number", "integer") and _empty_range(node):
             continue  # unsatisfiable as written: the engine says so, with the schema's own numbers
@@ -271,4 +280,6 @@ def engine_numbers(schema) -> tuple[Any, tuple[tuple, ...]]:
             if step or not is_exact_integer(node[key]):
                 node[key] = _widened(key, decimal_of(node[key]), step)
                 dropped += [path + (k,) for k in keys]
+        if len(dropped) > before:
+            node[EXACT_KEY] = {p[-1]: given[p[-1]] for p in dropped[before:]}
     return engine, tuple(dropped)
