@@ -139,6 +139,8 @@ def test_widened_bounds_keep_their_own_cache_key_and_checks():
     assert widened.grammar != plain.grammar
     assert GrammarSpec(widened.kind, widened.grammar, widened.schema, widened.options).validated == ("/maximum",)
     assert plain.validated == ()
+    left_out = make_spec(schema={"type": "number", "multipleOf": 0.07})  # the engine cannot write 0.07
+    assert left_out.validated == ("/multipleOf",) and left_out.grammar != make_spec(schema={"type": "number"}).grammar
 
 
 DIVISORS = ["0.01", "0.05", "0.3", "3", "0.001", "2.5", "1e-5", "7", "0.07"]

@@ -233,53 +233,55 @@ def engine_numbers(schema) -> tuple[Any, tuple[tuple, ...]]:
     - decimal bounds of an integer schema become its exact integer bounds (exclusiveMaximum 2.5 ->
       maximum 2): no rollback needed.
 
-    The schema's own values of those keywords are kept in the engine schema under `EXACT_KEY` (the
-    engine ignores it), so the grammar text, the compiled-grammar cache's key, differs from that of a
-    schema that asks for the widened bounds themselves. The engine schema admits a superset, so no
-    satisfiable schema is refused. Leaving a keyword out
-    widens its subschema; under `not`/`if`, which the engine leaves out itself, that changes nothing.
-    Draft 4 (boolean exclusiveMinimum/exclusiveMaximum) is only left out of, with the booleans.
-    Paths are those of `schema` (the copy has the same keys)."""
+    The engine schema admits a superset, so no satisfiable schema is refused; under `not`/`if`,
+    which the engine leaves out itself, a wider subschema changes nothing. A subschema whose bounds
+    admit no number is left as written (the engine refuses it, with the schema's own numbers). Draft
+    4 subschemas (boolean exclusiveMinimum/exclusiveMaximum) only lose what is left out, with its
+    boolean. A changed subschema keeps its own numeric keywords under `EXACT_KEY` (the engine ignores
+    it), so the grammar text, the compiled-grammar cache's key, differs from that of a schema asking
+    for the widened bounds themselves. Paths are those of `schema` (the copy has the same keys)."""
     engine = json.loads(json.dumps(schema))
     dropped: list[tuple] = []
     for path, node in list(subschemas(engine)):
-        if not isinstance(node, dict):
-            continue
-        given = {k: node[k] for k in ("multipleOf", *_BOUNDS) if k in node}
-        before = len(dropped)
-        legacy = any(isinstance(node.get(k), bool) for k in ("exclusiveMinimum", "exclusiveMaximum"))
-        if not legacy and node.get("type") in ("number", "integer") and _empty_range(node):
-            continue  # unsatisfiable as written: the engine says so, with the schema's own numbers
-        for key in [k for k in ("multipleOf", *_BOUNDS) if _is_number(node.get(k))]:
-            value = decimal_of(node[key])
-            if not (_engine_exact_divisor(value) if key == "multipleOf" else _engine_exact_bound(node[key])):
-                del node[key]
-                dropped.append(path + (key,))
-                if legacy and key in ("minimum", "maximum"):  # its boolean goes with it
-                    node.pop("exclusive" + key[0].upper() + key[1:], None)
-        bounds = [k for k in _BOUNDS if _is_number(node.get(k))]
-        if legacy or not bounds:
-            continue
-        origins = {key: [key] for key in bounds}  # engine bound -> the schema's bounds it stands for
-        if node.get("type") == "integer":
-            lower, upper = _steps(node, Decimal(1))
-            origins = {
-                "minimum": [k for k in bounds if k.endswith("inimum")],
-                "maximum": [k for k in bounds if k.endswith("aximum")],
-            }
-            for key in bounds:
-                del node[key]
-            for key, bound in (("minimum", lower), ("maximum", upper)):
-                if bound is None:
-                    del origins[key]
-                else:
-                    node[key] = bound
-        divisor = node.get("multipleOf")
-        step = Decimal(0) if divisor is None or is_exact_integer(divisor) else decimal_of(divisor)
-        for key, keys in origins.items():
-            if step or not is_exact_integer(node[key]):
-                node[key] = _widened(key, decimal_of(node[key]), step)
-                dropped += [path + (k,) for k in keys]
-        if len(dropped) > before:
-            node[EXACT_KEY] = {p[-1]: given[p[-1]] for p in dropped[before:]}
+        if isinstance(node, dict):
+            given = {k: node[k] for k in ("multipleOf", *_BOUNDS) if k in node}
+            dropped += [path + (key,) for key in _engine_node(node)]
+            if {k: node[k] for k in ("multipleOf", *_BOUNDS) if k in node} != given:
+                node[EXACT_KEY] = given
     return engine, tuple(dropped)
+
+
+def _engine_node(node: dict) -> list[str]:
+    """Rewrite one subschema's numeric keywords for the engine, in place (see `engine_numbers`);
+    the keywords left to validate-and-rollback."""
+    legacy = any(isinstance(node.get(k), bool) for k in ("exclusiveMinimum", "exclusiveMaximum"))
+    if not legacy and node.get("type") in ("number", "integer") and _empty_range(node):
+        return []
+    dropped = []
+    for key in [k for k in ("multipleOf", *_BOUNDS) if _is_number(node.get(k))]:
+        value = decimal_of(node[key])
+        if not (_engine_exact_divisor(value) if key == "multipleOf" else _engine_exact_bound(node[key])):
+            del node[key]
+            dropped.append(key)
+            if legacy and key in ("minimum", "maximum"):  # its boolean goes with it
+                node.pop("exclusive" + key[0].upper() + key[1:], None)
+    bounds = [k for k in _BOUNDS if _is_number(node.get(k))]
+    if legacy or not bounds:
+        return dropped
+    origins = {key: [key] for key in bounds}  # engine bound -> the schema's bounds it stands for
+    if node.get("type") == "integer":
+        lower, upper = _steps(node, Decimal(1))
+        for key in bounds:
+            del node[key]
+        origins = {}
+        for key, bound, suffix in (("minimum", lower, "inimum"), ("maximum", upper, "aximum")):
+            if bound is not None:
+                node[key] = bound
+                origins[key] = [k for k in bounds if k.endswith(suffix)]
+    divisor = node.get("multipleOf")
+    step = Decimal(0) if divisor is None or is_exact_integer(divisor) else decimal_of(divisor)
+    for key, keys in origins.items():
+        if step or not is_exact_integer(node[key]):
+            node[key] = _widened(key, decimal_of(node[key]), step)
+            dropped += keys
+    return dropped
