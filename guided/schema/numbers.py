@@ -254,6 +254,8 @@ def engine_numbers(schema) -> tuple[Any, tuple[tuple, ...]]:
 def _engine_node(node: dict) -> list[str]:
     """Rewrite one subschema's numeric keywords for the engine, in place (see `engine_numbers`);
     the keywords left to validate-and-rollback."""
+    if not any(_is_number(node.get(k)) for k in ("multipleOf", *_BOUNDS)):
+        return []
     legacy = any(isinstance(node.get(k), bool) for k in ("exclusiveMinimum", "exclusiveMaximum"))
     if not legacy and node.get("type") in ("number", "integer") and _empty_range(node):
         return []
