@@ -8,7 +8,7 @@ import pytest
 
 from coreai import ConstrainedSession
 from guided import GrammarError, SchemaError, UnsupportedSchemaFeature, compile_grammar, get_tokenizer_info, make_spec
-from guided.spec import MAX_SCHEMA_DEPTH
+from guided.schema.checks import MAX_SCHEMA_DEPTH
 
 
 def nested_objects(levels: int) -> dict:
