@@ -14,12 +14,13 @@ import contextlib
 import logging
 import threading
 import time
+from types import SimpleNamespace
 
 from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from coreai.server import schemas as s
+from coreai.server import responses, schemas as s
 from coreai.server.config import ServerConfig
 from coreai.server.constraints import Constraints, enforcement_headers
 from coreai.server.engine import Engine, GenerationParams
@@ -150,4 +151,9 @@ def create_app(model: Model, config: ServerConfig | None = None) -> FastAPI:
         """OpenAI legacy text completions of a plain prompt (no chat template)."""
         return await respond(req, request, response, preparer.completion, CompletionReply)
 
+    # What the Responses route (coreai.server.responses) reaches through request.app.state.
+    app.state.server = SimpleNamespace(
+        model=model, name=name, preparer=preparer, submit=submit, check_model=check_model
+    )
+    app.include_router(responses.router)
     return app
