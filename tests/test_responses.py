@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pydantic
 import pytest
-from test_reasoning import qwen3  # noqa: F401 - the tiny reasoning model fixture
+from test_reasoning import SCHEMA as OK_SCHEMA, qwen3  # noqa: F401 - the tiny reasoning model fixture
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
@@ -19,7 +19,10 @@ from coreai.server.background import serve_in_thread
 
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
     "required": ["name", "age"],
 }
 WEATHER = {
@@ -82,7 +85,7 @@ def test_stream_events_in_order_assemble_the_whole_text(tiny):
     kw = dict(model="tiny", input="Say something.", max_output_tokens=12)
     with client(tiny).responses.stream(**kw) as stream:
         events = list(stream)
-        final = stream.get_final_response()
+    final = events[-1].response  # the SDK's get_final_response() wants response.completed
     kinds = [e.type for e in events]
     assert kinds == [
         "response.created",
@@ -104,7 +107,13 @@ def test_stream_events_in_order_assemble_the_whole_text(tiny):
 def test_forced_function_call_streams_its_arguments(tiny):
     response = httpx.post(
         tiny + "/v1/responses",
-        json={"model": "tiny", "input": "Weather in Paris?", "tools": [WEATHER], "tool_choice": "required", "stream": True},
+        json={
+            "model": "tiny",
+            "input": "Weather in Paris?",
+            "tools": [WEATHER],
+            "tool_choice": "required",
+            "stream": True,
+        },
         timeout=120,
     )
     events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
@@ -141,7 +150,8 @@ def test_input_items_are_rendered(tiny):
     [
         ({"tools": [{"type": "web_search"}]}, "tools[0].type", "built-in tool 'web_search'"),
         ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id", "Missing"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content", "input_image"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content[0]", "input_image"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]", "function_call_output"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "user"),
         ({"input": []}, "input", "at least one item"),
         ({"previous_response_id": "resp_1"}, "previous_response_id", "does not support"),
@@ -150,7 +160,11 @@ def test_input_items_are_rendered(tiny):
         ({"include": ["file_search_call.results"]}, "include[0]", "message.output_text.logprobs"),
         ({"max_output_tokens": 100000}, "max_output_tokens", "max_output_tokens must be <= 480"),
         ({"tool_choice": "required"}, "tool_choice", "only allowed when tools"),
-        ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "strin"}}}}, "text.format.schema", ""),
+        (
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "strin"}}}},
+            "text.format.schema",
+            "",
+        ),
         ({"tools": [{**WEATHER, "parameters": {"type": "array"}}]}, "tools[0].parameters", "object"),
         ({"reasoning": {"effort": "high"}}, "reasoning.effort", "does not reason"),
     ],
@@ -168,15 +182,17 @@ def test_unknown_model_is_404(tiny):
 
 def test_reasoning_item_on_a_thinking_model(qwen3):  # noqa: F811 - the fixture imported above
     with serve_in_thread(qwen3, ServerConfig(model_name="qwen3", max_tokens=400, temperature=0.0)) as base:
-        kw = dict(model="qwen3", input="Is it ok?", reasoning={"effort": "low"}, text={"format": {"type": "json_object"}})
+        text = {"format": {"type": "json_schema", "name": "ok", "schema": OK_SCHEMA}}
+        kw = dict(model="qwen3", input="Is it ok? Answer as JSON.", reasoning={"effort": "low"}, text=text)
         r = client(base).responses.create(**kw)
         with client(base).responses.stream(**kw) as stream:
-            kinds = [e.type for e in stream]
-            streamed = stream.get_final_response()
+            events = list(stream)
+    kinds = [e.type for e in events]
+    streamed = events[-1].response
     reasoning = r.output[0]
     assert reasoning.type == "reasoning" and reasoning.content[0].text
     assert 0 < r.usage.output_tokens_details.reasoning_tokens <= 256
-    json.loads(r.output_text)
+    assert r.status == "completed" and json.loads(r.output_text) == json.loads(streamed.output_text)
     assert "response.reasoning_text.delta" in kinds
     assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
     assert streamed.output[0].content[0].text == reasoning.content[0].text and streamed.output_text == r.output_text
@@ -196,14 +212,18 @@ def test_qwen_parse_pydantic_and_function_round_trip(qwen):
     [call] = first.output
     assert call.type == "function_call" and json.loads(call.arguments)["city"] == "Paris"
     result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature_c": 18}'}
-    second = c.responses.create(model="qwen", input=ask + first.output + [result], tools=[WEATHER], max_output_tokens=40)
+    second = c.responses.create(
+        model="qwen", input=ask + first.output + [result], tools=[WEATHER], max_output_tokens=40
+    )
     assert second.status == "completed" and second.output[0].type == "message" and "18" in second.output_text
 
 
 @pytest.mark.model
 def test_qwen_agents_sdk_structured_output(qwen):
     agents = pytest.importorskip("agents")
-    model = agents.OpenAIResponsesModel(model="qwen", openai_client=openai.AsyncOpenAI(base_url=qwen + "/v1", api_key="x"))
+    model = agents.OpenAIResponsesModel(
+        model="qwen", openai_client=openai.AsyncOpenAI(base_url=qwen + "/v1", api_key="x")
+    )
     agent = agents.Agent(name="extract", instructions="Extract the person.", model=model, output_type=Person)
     agents.set_tracing_disabled(True)
     result = agents.Runner.run_sync(agent, "Ada Lovelace was 36.")

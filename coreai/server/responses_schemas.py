@@ -96,18 +96,28 @@ class ReasoningItem(Request):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-def _item_type(value) -> str | None:
-    return value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
+ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}
+ITEM_TAGS["reasoning"] = "Reasoning"
+
+
+def _item_tag(value) -> str | None:
+    # Capitalised tags: the 400's field path skips them (`errors.field_path` keeps lower-case keys).
+    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
+    return ITEM_TAGS.get(kind)
 
 
 InputItem = Annotated[
     Union[
-        Annotated[MessageItem, Tag("message")],
-        Annotated[FunctionCallItem, Tag("function_call")],
-        Annotated[FunctionCallOutputItem, Tag("function_call_output")],
-        Annotated[ReasoningItem, Tag("reasoning")],
+        Annotated[MessageItem, Tag("Message")],
+        Annotated[FunctionCallItem, Tag("FunctionCall")],
+        Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")],
+        Annotated[ReasoningItem, Tag("Reasoning")],
     ],
-    Discriminator(_item_type),
+    Discriminator(
+        _item_tag,
+        custom_error_type="invalid_item",
+        custom_error_message="an input item's type is message, function_call, function_call_output or reasoning",
+    ),
 ]
 
 
