@@ -16,6 +16,9 @@ from test_reasoning import SCHEMA as OK_SCHEMA, qwen3  # noqa: F401 - the tiny r
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
+from coreai.server.responses import ResponseBuilder
+from coreai.server.responses_schemas import OutputMessage, OutputTextPart, ResponseCreateRequest
+from runtime import GenerationResult, Timings, Usage
 
 PERSON = {
     "type": "object",
@@ -175,6 +178,22 @@ def test_bad_requests_are_400_naming_the_field(tiny, body, param, words):
     assert response.status_code == 400 and error["param"] == param and words in error["message"], error
 
 
+def test_a_failed_constrained_generation_is_failed_without_output(tiny_model):
+    """The chat path's verdict "error" (the output broke its constraint) is never a completed
+    response: status failed, the reason in `error`, no output items."""
+    req = ResponseCreateRequest.model_validate(
+        {"model": "tiny", "input": "Hi.", "text": {"format": {"type": "json_object"}}}
+    )
+    result = GenerationResult(
+        '{"a": tru', [1, 2, 3], "error", Usage(10, 3), Timings(), error="the output is not valid JSON"
+    )
+    part = OutputTextPart(text='{"a": tru')
+    output = [OutputMessage(id="msg_1", status="completed", content=[part])]
+    response = ResponseBuilder(req, "tiny", tiny_model.tokenizer).finished(output, "error", result, None)
+    assert response.status == "failed" and response.output == [] and response.output_text == ""
+    assert response.error.message == "the output is not valid JSON" and response.usage.output_tokens == 3
+
+
 def test_unknown_model_is_404(tiny):
     with pytest.raises(openai.NotFoundError):
         client(tiny).responses.create(model="gpt-4o", input="Hi.")
@@ -208,19 +227,28 @@ def test_qwen_parse_pydantic_and_function_round_trip(qwen):
     assert isinstance(r.output_parsed, Person) and r.output_parsed.age == 36
 
     ask = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
-    first = c.responses.create(model="qwen", input=ask, tools=[WEATHER], tool_choice="required", max_output_tokens=40)
+    first = c.responses.create(
+        model="qwen",
+        input=ask,
+        tools=[WEATHER],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=40,
+    )
     [call] = first.output
     assert call.type == "function_call" and json.loads(call.arguments)["city"] == "Paris"
     result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature_c": 18}'}
+    # tool_choice "none": the 0.5B model tends to call again under "auto" (docs/responses.md).
     second = c.responses.create(
-        model="qwen", input=ask + first.output + [result], tools=[WEATHER], max_output_tokens=40
+        model="qwen", input=ask + first.output + [result], tools=[WEATHER], tool_choice="none", max_output_tokens=40
     )
     assert second.status == "completed" and second.output[0].type == "message" and "18" in second.output_text
 
 
 @pytest.mark.model
 def test_qwen_agents_sdk_structured_output(qwen):
-    agents = pytest.importorskip("agents")
+    import agents
+
     model = agents.OpenAIResponsesModel(
         model="qwen", openai_client=openai.AsyncOpenAI(base_url=qwen + "/v1", api_key="x")
     )
