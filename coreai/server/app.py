@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
+from coreai.server import responses
 from coreai.server.config import ServerConfig
 from coreai.server.errors import install as install_error_handlers
-from coreai.server.guard import BodyLimit
+from coreai.server.guard import BodyLimit, require_api_key
 from coreai.server.routes import router
 from coreai.server.state import ServerState
 from guided import GrammarCache
@@ -57,4 +58,5 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     app.add_middleware(BodyLimit, limit=state.config.max_body_bytes)
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(responses.router, prefix="/v1", dependencies=[Depends(require_api_key)])
     return app
