@@ -44,19 +44,25 @@ PYTHON_TAG = "<|python_tag|>"
 
 @dataclass(frozen=True)
 class Tool:
-    """One function a call may use. parameters: its JSON Schema (an object schema, closed unless
-    `strict` is False); template: the OpenAI chat shape given to the chat template."""
+    """One function a call may use. parameters: its JSON Schema as enforced (an object schema,
+    closed unless `strict` is False); shown: the parameters as the caller gave them, which the
+    prompt shows (None: none given); template: the OpenAI chat shape given to the chat template."""
 
     name: str
     parameters: dict
     description: str | None = None
     strict: bool | None = None
+    shown: dict | None = None
 
     @property
     def template(self) -> dict:
-        function = {"name": self.name, "parameters": self.parameters}
+        function = {"name": self.name}
         if self.description:
             function["description"] = self.description
+        if self.shown is not None:
+            function["parameters"] = self.shown
+        if self.strict is not None:
+            function["strict"] = self.strict
         return {"type": "function", "function": function}
 
 
@@ -81,20 +87,21 @@ def make_tool(tool) -> Tool:
         return tool
     if isinstance(tool, type) and hasattr(tool, "model_json_schema"):
         schema = tool.model_json_schema()
-        return Tool(tool.__name__, parameters_schema(schema), schema.get("description") or inspect.getdoc(tool))
+        description = schema.get("description") or inspect.getdoc(tool)
+        return Tool(tool.__name__, parameters_schema(schema), description, shown=schema)
     if callable(tool) and not isinstance(tool, dict):
         from pydantic import TypeAdapter
 
         schema = TypeAdapter(tool).json_schema()
-        return Tool(tool.__name__, parameters_schema(schema), inspect.getdoc(tool))
+        return Tool(tool.__name__, parameters_schema(schema), inspect.getdoc(tool), shown=schema)
     if not isinstance(tool, dict) or tool.get("type", "function") != "function":
         raise ValueError(f"a tool is a function definition (dict), a pydantic model class or a function, got {tool!r}")
     function = tool.get("function", tool)  # the chat shape nests it; the Responses shape is flat
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError("a tool function needs a name")
-    strict = function.get("strict")
-    return Tool(name, parameters_schema(function.get("parameters"), strict), function.get("description"), strict)
+    strict, shown = function.get("strict"), function.get("parameters")
+    return Tool(name, parameters_schema(shown, strict), function.get("description"), strict, shown)
 
 
 def detect_format(chat_template: str | None) -> str:
