@@ -180,9 +180,9 @@ def test_tool_shapes():
         and tool.description == "A forecast."
         and tool.parameters["properties"]["days"]["type"] == "integer"
     )
-    assert make_tool(TOGGLE).template == {
-        "type": "function",
-        "function": {"name": "toggle", "parameters": make_tool(TOGGLE).parameters},
-    }
+    # The prompt shows the parameters as given; the grammar enforces them closed (strict by default).
+    given = TOGGLE["parameters"]  # the flat (Responses) shape
+    assert make_tool(TOGGLE).template == {"type": "function", "function": {"name": "toggle", "parameters": given}}
+    assert make_tool(TOGGLE).parameters == {**given, "additionalProperties": False}
     with pytest.raises(ValueError, match="not in tools"):
         tool_constraint([TOGGLE], {"type": "function", "function": {"name": "nope"}}, True, "generic", None, None)
