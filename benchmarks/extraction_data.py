@@ -572,9 +572,8 @@ def score(domain: Domain, predicted: Any, truth: dict) -> dict[str, bool]:
     for key, expected in truth.items():
         kind = "name" if key in domain.names else "phone" if key in domain.phones else "text"
         got = predicted.get(key, _MISSING) if isinstance(predicted, dict) else _MISSING
-        same_type = type(got) is type(expected) or (
-            isinstance(got, (int, float)) and isinstance(expected, (int, float)) and not isinstance(got, bool)
-        )
+        numbers = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in (got, expected)]
+        same_type = type(got) is type(expected) or all(numbers)
         out[key] = same_type and normalise(got, kind) == normalise(expected, kind)
     return out
 

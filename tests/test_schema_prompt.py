@@ -1,0 +1,133 @@
+"""`guided.schema_prompt`: the schema said in words for the prompt (issue 27)."""
+
+import copy
+
+import pytest
+
+from guided.schema_prompt import describe_schema, with_schema_description
+
+INVOICE = {
+    "type": "object",
+    "properties": {
+        "vendor": {"type": "string", "description": "the company that issued\n the invoice"},
+        "invoice_date": {"type": "string", "format": "date"},
+        "currency": {"enum": ["EUR", "USD"]},
+        "total": {"type": "number", "minimum": 0},
+        "paid": {"type": "boolean"},
+    },
+    "required": ["vendor", "invoice_date", "currency", "total"],
+}
+
+
+def test_object_properties_in_order_with_formats_enums_ranges_and_optional_marks():
+    assert describe_schema(INVOICE) == "\n".join(
+        [
+            "Respond with only a JSON object with these keys, in this order:",
+            '- "vendor" (string): the company that issued the invoice',
+            '- "invoice_date" (string, a date written YYYY-MM-DD)',
+            '- "currency" (one of "EUR", "USD")',
+            '- "total" (number, >= 0)',
+            '- "paid" (boolean, optional)',
+        ]
+    )
+
+
+def test_nested_objects_and_arrays_of_objects_are_indented():
+    schema = {
+        "type": "object",
+        "properties": {
+            "address": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"qty": {"type": "integer", "minimum": 1, "maximum": 9}}},
+                "minItems": 1,
+            },
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3, "uniqueItems": True},
+        },
+        "required": ["address", "items", "tags"],
+    }
+    assert describe_schema(schema).splitlines()[1:] == [
+        '- "address" (object):',
+        '  - "city" (string)',
+        '- "items" (array of objects with these keys, at least 1 item):',
+        '  - "qty" (integer, from 1 to 9, optional)',
+        '- "tags" (array of strings (at most 20 characters), at most 3 items, no duplicates)',
+    ]
+
+
+@pytest.mark.parametrize(
+    "schema, expected",
+    [
+        ({"type": "string", "format": "date-time"}, "a JSON string, a date and time written YYYY-MM-DDTHH:MM:SS"),
+        ({"type": "string", "format": "uuid"}, "a JSON string, a UUID"),
+        ({"type": "string", "format": "x-custom"}, "a JSON string, format x-custom"),
+        ({"type": "string", "pattern": "^[A-Z]{3}$"}, "a JSON string, matching the regular expression ^[A-Z]{3}$"),
+        ({"const": "yes"}, 'a JSON value: exactly "yes"'),
+        ({"enum": [1, None, "a"]}, 'a JSON value: one of 1, null, "a"'),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "a JSON string or null"),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, "a JSON value: one of: integer | string"),
+        ({"type": ["integer", "null"], "exclusiveMinimum": 0}, "a JSON integer or null, > 0"),
+        ({"type": "number", "multipleOf": 0.01}, "a JSON number, a multiple of 0.01"),
+        ({"type": "string", "examples": ["INV-1"]}, 'a JSON string, e.g. "INV-1"'),
+        ({"minimum": 2}, "a JSON number, >= 2"),  # the type implied by its keywords
+        (True, "a JSON value."),
+        ({}, "a JSON value."),
+    ],
+)
+def test_single_values(schema, expected):
+    assert describe_schema(schema).startswith(f"Respond with only {expected}")
+
+
+def test_local_refs_are_followed_and_recursion_is_named_not_expanded():
+    schema = {
+        "$defs": {
+            "node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/node"}, "n": {"type": "integer"}}}
+        },
+        "$ref": "#/$defs/node",
+    }
+    assert describe_schema(schema).splitlines()[1:] == [
+        '- "child" (a value like node, optional)',
+        '- "n" (integer, optional)',
+    ]
+    root = {"type": "object", "properties": {"next": {"$ref": "#"}}}
+    lines = describe_schema(root).splitlines()
+    assert lines[1] == '- "next" (object, optional):'
+    assert lines[2] == '  - "next" (a value like the top-level value, optional)'
+
+
+def test_deep_nesting_is_bounded():
+    schema: dict = {"type": "string"}
+    for _ in range(50):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    assert len(describe_schema(schema).splitlines()) < 12
+
+
+def test_root_description_follows_the_lead_line():
+    schema = {"type": "object", "description": "An invoice.", "properties": {"n": {"type": "string"}}}
+    assert describe_schema(schema).splitlines()[:2] == [
+        "Respond with only a JSON object with these keys, in this order:",
+        "An invoice.",
+    ]
+
+
+def test_description_goes_first_in_an_existing_system_message():
+    messages = [{"role": "system", "content": "You extract fields."}, {"role": "user", "content": "Doc"}]
+    before = copy.deepcopy(messages)
+    out = with_schema_description(messages, INVOICE)
+    assert messages == before  # not changed in place
+    assert out[0] == {"role": "system", "content": describe_schema(INVOICE) + "\n\nYou extract fields."}
+    assert out[1:] == messages[1:]
+
+
+def test_a_system_message_is_added_for_text_and_for_messages_without_one():
+    assert with_schema_description("Doc", INVOICE) == [
+        {"role": "system", "content": describe_schema(INVOICE)},
+        {"role": "user", "content": "Doc"},
+    ]
+    user = [{"role": "user", "content": "Doc"}]
+    assert with_schema_description(user, INVOICE) == [{"role": "system", "content": describe_schema(INVOICE)}, *user]
+
+
+def test_token_ids_cannot_carry_a_description():
+    with pytest.raises(ValueError, match="token ids"):
+        with_schema_description([1, 2, 3], INVOICE)
