@@ -80,14 +80,14 @@ def run_one(model, sessions: dict, example: Example, variant: str, max_tokens: i
     """One document under one variant: the answer, its verdict and its per-field scores."""
     domain = DOMAINS[example.domain]
     chat = messages(example, domain)
-    described = with_schema_description(chat, domain.schema)
     if variant == "unconstrained+schema":
+        described = with_schema_description(chat, domain.schema)  # what schema_in_prompt=True sends
         result = model.generate(described, max_tokens=max_tokens, speculative="prompt_lookup")
         value = parse_answer(result.text)
         valid = value is not None and not check_json(json.dumps(value), domain.schema)[1]
     else:
-        prompt = described if variant == "constrained+schema" else chat
-        result = sessions[example.domain].generate(prompt, max_tokens=max_tokens, speculative="prompt_lookup")
+        session = sessions[example.domain, variant]
+        result = session.generate(chat, max_tokens=max_tokens, speculative="prompt_lookup")
         value, valid = (result.value, result.valid)
     fields = score(domain, value, example.truth)
     return {
@@ -158,7 +158,10 @@ def main(argv=None) -> int:
     docs = examples(per_domain, args.seed, args.domains)
     load_before = os.getloadavg()
     model = coreai.load()
-    sessions = {name: ConstrainedSession(model, schema=DOMAINS[name].schema) for name in args.domains}
+    sessions = {}
+    for name in args.domains:
+        for variant, in_prompt in (("constrained", False), ("constrained+schema", True)):
+            sessions[name, variant] = ConstrainedSession(model, schema=DOMAINS[name].schema, schema_in_prompt=in_prompt)
     records: list[dict] = []
     t0 = time.perf_counter()
     out = os.path.abspath(args.out)

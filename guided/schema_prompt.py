@@ -39,6 +39,9 @@ FORMATS = {
     "json-pointer": "a JSON pointer",
     "regex": "a regular expression",
 }
+# The default of `ConstrainedSession(schema_in_prompt=...)`, the CLI and the server: the setting
+# benchmarks/quality.py measured best (docs/quality.md has the figures).
+SCHEMA_IN_PROMPT = False
 _PLURAL = {
     "object": "objects",
     "array": "arrays",

@@ -131,3 +131,32 @@ def test_a_system_message_is_added_for_text_and_for_messages_without_one():
 def test_token_ids_cannot_carry_a_description():
     with pytest.raises(ValueError, match="token ids"):
         with_schema_description([1, 2, 3], INVOICE)
+
+
+# -- ConstrainedSession(schema_in_prompt=...) on a tiny random network with the real Qwen tokenizer -----
+
+
+def test_session_puts_the_description_in_the_prompt_it_sends(tiny_model):
+    from guided import ConstrainedSession
+
+    chat = [{"role": "system", "content": "You extract fields."}, {"role": "user", "content": "Doc"}]
+    on = ConstrainedSession(tiny_model, schema=INVOICE, schema_in_prompt=True)
+    off = ConstrainedSession(tiny_model, schema=INVOICE, schema_in_prompt=False)
+    assert on.prompt(chat) == with_schema_description(chat, INVOICE)
+    assert off.prompt(chat) == chat
+    assert on.prompt("Doc") == with_schema_description("Doc", INVOICE)
+    assert on.prompt("Doc", chat_template=False) == describe_schema(INVOICE) + "\n\nDoc"
+    assert on.prompt([1, 2, 3]) == [1, 2, 3]  # token ids: the caller rendered the prompt
+    result = on.generate(chat, max_tokens=4)
+    assert result.usage.prompt_tokens == len(tiny_model.prompt_ids(with_schema_description(chat, INVOICE)))
+    assert off.generate(chat, max_tokens=4).usage.prompt_tokens == len(tiny_model.prompt_ids(chat))
+
+
+def test_json_object_is_described_and_other_constraints_refuse_the_option(tiny_model):
+    from guided import ConstrainedSession
+
+    session = ConstrainedSession(tiny_model, json_object=True, schema_in_prompt=True)
+    assert session.prompt("Doc")[0] == {"role": "system", "content": "Respond with only a JSON object."}
+    with pytest.raises(ValueError, match="schema_in_prompt needs a JSON Schema"):
+        ConstrainedSession(tiny_model, regex="[0-9]+", schema_in_prompt=True)
+    assert ConstrainedSession(tiny_model, regex="[0-9]+").prompt("Doc") == "Doc"  # the default leaves it alone
