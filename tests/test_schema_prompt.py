@@ -160,3 +160,17 @@ def test_json_object_is_described_and_other_constraints_refuse_the_option(tiny_m
     with pytest.raises(ValueError, match="schema_in_prompt needs a JSON Schema"):
         ConstrainedSession(tiny_model, regex="[0-9]+", schema_in_prompt=True)
     assert ConstrainedSession(tiny_model, regex="[0-9]+").prompt("Doc") == "Doc"  # the default leaves it alone
+
+
+def test_cli_flag_reaches_the_session(tiny_model, tiny_model_dir, capsys):
+    from coreai.cli import build_parser, main
+    from coreai.commands.common import constrained_session
+
+    def session(*flags):
+        args = build_parser().parse_args(["generate", str(tiny_model_dir), "--prompt", "x", *flags])
+        return constrained_session(tiny_model, args)
+
+    assert session("--schema", '{"type": "object"}', "--schema-in-prompt").schema_in_prompt is True
+    assert session("--json-object", "--no-schema-in-prompt").schema_in_prompt is False
+    assert main(["generate", str(tiny_model_dir), "--prompt", "x", "--regex", "[0-9]", "--schema-in-prompt"]) == 1
+    assert "--schema-in-prompt needs --schema or --json-object" in capsys.readouterr().err

@@ -36,6 +36,7 @@ def run(args) -> int:
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     sampling = common.sampling_params(args)
+    common.check_grammar_args(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     model = common.load_model(args)
     session = common.constrained_session(model, args)
