@@ -174,3 +174,34 @@ def test_cli_flag_reaches_the_session(tiny_model, tiny_model_dir, capsys):
     assert session("--json-object", "--no-schema-in-prompt").schema_in_prompt is False
     assert main(["generate", str(tiny_model_dir), "--prompt", "x", "--regex", "[0-9]", "--schema-in-prompt"]) == 1
     assert "--schema-in-prompt needs --schema or --json-object" in capsys.readouterr().err
+
+
+def test_server_request_field_and_server_setting(tiny_model):
+    import openai
+
+    from coreai.server import ServerConfig
+    from coreai.server.background import serve_in_thread
+
+    chat = [{"role": "user", "content": "Doc"}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "invoice", "schema": INVOICE}}
+    described = len(tiny_model.prompt_ids(with_schema_description(chat, INVOICE)))
+    plain = len(tiny_model.prompt_ids(chat))
+
+    def prompt_tokens(client, **extra):
+        reply = client.chat.completions.create(
+            model="tiny", messages=chat, response_format=fmt, max_tokens=2, extra_body=extra
+        )
+        return reply.usage.prompt_tokens
+
+    with serve_in_thread(tiny_model, ServerConfig(model_name="tiny", temperature=0.0, schema_in_prompt=True)) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        assert prompt_tokens(client) == described  # the server's --schema-in-prompt
+        assert prompt_tokens(client, schema_in_prompt=False) == plain  # the request overrides it
+        with pytest.raises(openai.BadRequestError, match="schema_in_prompt needs response_format"):
+            client.chat.completions.create(
+                model="tiny", messages=chat, max_tokens=2, extra_body={"schema_in_prompt": True}
+            )
+    with serve_in_thread(tiny_model, ServerConfig(model_name="tiny", temperature=0.0, schema_in_prompt=False)) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        assert prompt_tokens(client) == plain
+        assert prompt_tokens(client, schema_in_prompt=True) == described

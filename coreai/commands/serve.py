@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import socket
 
@@ -72,6 +73,14 @@ def register(sub) -> None:
     )
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
     common.add_speculative_arg(p, default="prompt_lookup")
+    p.add_argument(
+        "--schema-in-prompt",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="for response_format json_schema/json_object and structured_outputs json: put the schema, said "
+        "in words, at the start of the system message; a request's schema_in_prompt overrides it "
+        "(default: the measured best, docs/quality.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -105,6 +114,7 @@ def run(args) -> int:
         max_body_bytes=args.max_body_bytes,
         speculative=None if args.speculative == "off" else args.speculative,
         grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,
+        schema_in_prompt=args.schema_in_prompt,
     )
     # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

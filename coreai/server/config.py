@@ -24,6 +24,9 @@ class ServerConfig:
         draft model, or None); the output does not change, only its speed.
     grammar_journal: a folder where compiled grammars are recorded, and compiled again in the
         background at start-up (`guided.journal`), or None.
+    schema_in_prompt: the schema of a JSON `response_format` / `structured_outputs.json` said in words
+        at the start of the system message (`ConstrainedSession.prompt`); None: the session's default
+        (`guided.schema_prompt.SCHEMA_IN_PROMPT`). A request's `schema_in_prompt` overrides it.
 
     Raises ValueError for a default sampling setting out of range.
     """
@@ -38,6 +41,7 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"
     grammar_journal: str | None = None
+    schema_in_prompt: bool | None = None
 
     def __post_init__(self):
         # The defaults go through the checks a request's values go through: out of range, every
