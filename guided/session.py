@@ -19,6 +19,7 @@ from guided.cache import GrammarCache, default_cache
 from guided.compiler import NotEnforced
 from guided.enforcement import KeywordEnforcement, enforcement
 from guided.errors import GrammarError
+from guided.schema_prompt import SCHEMA_IN_PROMPT, describe_schema, with_schema_description
 from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import get_tokenizer_info
@@ -89,6 +90,11 @@ class ConstrainedSession:
         detected markers; `chat_template_kwargs={"enable_thinking": False}` in `stream`/`generate`
         turns reasoning off where the template supports it.
     cache: the compiled-grammar cache (the process-wide `default_cache` by default).
+    schema_in_prompt (None: `guided.schema_prompt.SCHEMA_IN_PROMPT` for JSON constraints, off for the
+        others): put `describe_schema(schema)` (the expected output in words: keys in order, types,
+        formats such as "a date written YYYY-MM-DD", enums, ranges, descriptions) at the start of the
+        system message of every prompt (`prompt()`), so the model knows what the grammar will ask of it.
+        True for a regex, choices or grammar constraint raises ValueError (there is no schema).
 
     This object is the one guided path: the Python API, the CLI and the server all go from spec to
     compiled grammar to strategy to verdict through it.
@@ -120,6 +126,7 @@ class ConstrainedSession:
         max_reasoning_tokens: int = 1024,
         reasoning_markers: tuple[str, str] | None = None,
         cache: GrammarCache | None = None,
+        schema_in_prompt: bool | None = None,
     ):
         self.model = model
         self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
@@ -165,6 +172,11 @@ class ConstrainedSession:
             if reasoning_markers
             else model.tokenizer.reasoning_tokens
         )
+        if schema_in_prompt and self.spec.kind not in JSON_KINDS:
+            raise ValueError(f"schema_in_prompt needs a JSON Schema or json_object constraint, not {self.spec.kind}")
+        self.schema_in_prompt = self.spec.kind in JSON_KINDS and (
+            SCHEMA_IN_PROMPT if schema_in_prompt is None else bool(schema_in_prompt)
+        )
 
     def _admits_only_empty_output(self) -> bool:
         """True when the first mask allows end-of-sequence ids alone (regex "", choices [""], a Lark
@@ -189,6 +201,20 @@ class ConstrainedSession:
         return self._bitmask
 
     # -- generation ---------------------------------------------------------------------------------
+
+    def prompt(self, prompt, chat_template: bool = True):
+        """`prompt` as this session sends it: with `schema_in_prompt`, chat messages (or text, which
+        becomes a user message) get the schema's description at the start of their system message (see
+        `guided.schema_prompt.with_schema_description`), and text sent without a chat template gets it
+        as a first paragraph; token ids, and every prompt without `schema_in_prompt`, are unchanged."""
+        if not self.schema_in_prompt or not prompt or not isinstance(prompt, (str, list, tuple)):
+            return prompt
+        schema = self.spec.schema if self.spec.schema is not None else {"type": "object"}
+        if isinstance(prompt, str) and not (chat_template and self.model.tokenizer.has_chat_template):
+            return f"{describe_schema(schema)}\n\n{prompt}"
+        if isinstance(prompt, str) or all(isinstance(m, dict) for m in prompt):
+            return with_schema_description(prompt, schema)
+        return prompt  # token ids: the caller rendered the prompt
 
     def plan(self, prompt_ids: list[int], chat_template_kwargs: dict | None = None) -> ReasoningPlan | None:
         """The reasoning plan of a generation from `prompt_ids` (see `runtime.reasoning.plan_reasoning`):
@@ -259,7 +285,7 @@ class ConstrainedSession:
         if self.tools is not None:
             template.setdefault("tools", self.tools.template_tools)
             prompt = self.tool_prompt(prompt)
-        ids = self.model.prompt_ids(prompt, **template)
+        ids = self.model.prompt_ids(self.prompt(prompt, template.get("chat_template", True)), **template)
         plan = self.plan(ids, template.get("chat_template_kwargs"))
         strategy = self.strategy(sampling, kwargs.get("logprobs", False), plan)
         for delta in self.model.stream(ids, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):

@@ -67,6 +67,13 @@ def add_grammar_args(p) -> None:
         "--lenient", action="store_true", help="compile what can be enforced; check the rest after generation"
     )
     p.add_argument(
+        "--schema-in-prompt",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="put the schema, said in words (keys, types, formats such as YYYY-MM-DD, enums), at the start of "
+        "the system message (--schema/--json-object; default: the measured best, docs/quality.md)",
+    )
+    p.add_argument(
         "--max-reasoning-tokens",
         type=positive_int,
         default=1024,
@@ -110,6 +117,12 @@ def sampling_params(args):
     )
 
 
+def check_grammar_args(args) -> None:
+    """Raise ValueError for grammar options that do not go together (before the slow model load)."""
+    if args.schema_in_prompt and not (args.schema or args.json_object):
+        raise ValueError("--schema-in-prompt needs --schema or --json-object")
+
+
 def constrained_session(model, args):
     """A `ConstrainedSession` for the grammar options given, or None when there are none."""
     from guided import ConstrainedSession
@@ -120,6 +133,9 @@ def constrained_session(model, args):
         lenient=args.lenient,
         max_reasoning_tokens=args.max_reasoning_tokens,
     )
+    check_grammar_args(args)
+    if args.schema or args.json_object:
+        options["schema_in_prompt"] = args.schema_in_prompt
     if args.schema:  # inline JSON or a file path: `guided.spec.load_schema` tells them apart
         return ConstrainedSession(model, schema=args.schema, **options)
     if args.json_object:

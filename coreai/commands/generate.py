@@ -33,6 +33,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
+    common.check_grammar_args(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     model = common.load_model(args)
     session = common.constrained_session(model, args)

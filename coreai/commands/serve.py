@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import socket
 
@@ -84,6 +85,14 @@ def register(sub) -> None:
     )
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
     common.add_speculative_arg(p, default=defaults.speculative)
+    p.add_argument(
+        "--schema-in-prompt",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="for response_format json_schema/json_object and structured_outputs json: put the schema, said "
+        "in words, at the start of the system message; a request's schema_in_prompt overrides it "
+        "(default: the measured best, docs/quality.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -107,6 +116,7 @@ def run(args) -> int:
         speculative=None if args.speculative == "off" else args.speculative,
         grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,
         shutdown_timeout=args.shutdown_timeout,
+        schema_in_prompt=args.schema_in_prompt,
     )
     # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

@@ -29,6 +29,9 @@ class ServerConfig:
         background at start-up (`guided.journal`), or None.
     shutdown_timeout: seconds requests still running at shutdown (Ctrl-C) get to finish before they
         are cancelled (>= 0).
+    schema_in_prompt: the schema of a JSON `response_format` / `structured_outputs.json` said in words
+        at the start of the system message (`ConstrainedSession.prompt`); None: the session's default
+        (`guided.schema_prompt.SCHEMA_IN_PROMPT`). A request's `schema_in_prompt` overrides it.
 
     Raises `runtime.errors.ParameterError` (a ValueError naming the field in `param`) for a setting
     out of range, the sampling defaults included.
@@ -45,6 +48,7 @@ class ServerConfig:
     speculative: str | None = "prompt_lookup"
     grammar_journal: str | None = None
     shutdown_timeout: float = 5.0
+    schema_in_prompt: bool | None = None
 
     def __post_init__(self):
         # The defaults go through the checks a request's values go through: out of range, every

@@ -13,6 +13,7 @@ from coreai.server.config import ServerConfig
 from coreai.server.constraints import Constraint, Constraints
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request
+from guided.spec import JSON_KINDS
 from runtime import Model, SamplingParams
 from runtime.errors import ParameterError
 from runtime.reasoning import plan_reasoning
@@ -91,7 +92,7 @@ class Preparer:
         tools = (
             [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
         )
-        messages = [template_message(m, i) for i, m in enumerate(req.messages)]
+        messages = self.with_schema([template_message(m, i) for i, m in enumerate(req.messages)], req, constraint)
         if constraint is not None and constraint.session.tools is not None:  # the tools as the format needs them
             tools, messages = constraint.session.tools.template_tools, constraint.session.tool_prompt(messages)
         try:
@@ -102,6 +103,23 @@ class Preparer:
         reasoning = plan_reasoning(self.model.tokenizer.reasoning_tokens, ids, req.chat_template_kwargs, budget)
         params = self.generation_params(req, ids, constraint, req.logprobs, req.top_logprobs or 0, reasoning)
         return params, constraint
+
+    def with_schema(self, messages: list[dict], req: s.ChatCompletionRequest, constraint) -> list[dict]:
+        """`messages` with the JSON output's schema described in the system message when the request's
+        `schema_in_prompt` (else the server's, else the session's default) says so; a request asking for
+        it without a JSON Schema or json_object constraint is a 400."""
+        session = constraint.session if constraint is not None else None
+        wanted = req.schema_in_prompt if req.schema_in_prompt is not None else self.config.schema_in_prompt
+        if session is None or session.spec.kind not in JSON_KINDS:
+            if req.schema_in_prompt:
+                raise bad_request(
+                    "schema_in_prompt needs response_format json_schema or json_object, or structured_outputs json",
+                    "schema_in_prompt",
+                )
+            return messages
+        if wanted is not None:
+            session.schema_in_prompt = wanted  # the session is this request's own
+        return session.prompt(messages)
 
     def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         """A legacy completion request's generation and constraint (400 on bad input)."""

@@ -230,6 +230,9 @@ class ChatCompletionRequest(SamplingFields):
     # variables such as {"enable_thinking": false}, as vLLM accepts them.
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # Extension: the JSON output's schema said in words at the start of the system message (see
+    # `ConstrainedSession.prompt`); null: the server's --schema-in-prompt setting.
+    schema_in_prompt: bool | None = None
 
     @model_validator(mode="after")
     def _consistent(self):

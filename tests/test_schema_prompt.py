@@ -1,0 +1,207 @@
+"""`guided.schema_prompt`: the schema said in words for the prompt (issue 27)."""
+
+import copy
+
+import pytest
+
+from guided.schema_prompt import describe_schema, with_schema_description
+
+INVOICE = {
+    "type": "object",
+    "properties": {
+        "vendor": {"type": "string", "description": "the company that issued\n the invoice"},
+        "invoice_date": {"type": "string", "format": "date"},
+        "currency": {"enum": ["EUR", "USD"]},
+        "total": {"type": "number", "minimum": 0},
+        "paid": {"type": "boolean"},
+    },
+    "required": ["vendor", "invoice_date", "currency", "total"],
+}
+
+
+def test_object_properties_in_order_with_formats_enums_ranges_and_optional_marks():
+    assert describe_schema(INVOICE) == "\n".join(
+        [
+            "Respond with only a JSON object with these keys, in this order:",
+            '- "vendor" (string): the company that issued the invoice',
+            '- "invoice_date" (string, a date written YYYY-MM-DD)',
+            '- "currency" (one of "EUR", "USD")',
+            '- "total" (number, >= 0)',
+            '- "paid" (boolean, optional)',
+        ]
+    )
+
+
+def test_nested_objects_and_arrays_of_objects_are_indented():
+    schema = {
+        "type": "object",
+        "properties": {
+            "address": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"qty": {"type": "integer", "minimum": 1, "maximum": 9}}},
+                "minItems": 1,
+            },
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3, "uniqueItems": True},
+        },
+        "required": ["address", "items", "tags"],
+    }
+    assert describe_schema(schema).splitlines()[1:] == [
+        '- "address" (object):',
+        '  - "city" (string)',
+        '- "items" (array of objects with these keys, at least 1 item):',
+        '  - "qty" (integer, from 1 to 9, optional)',
+        '- "tags" (array of strings (at most 20 characters), at most 3 items, no duplicates)',
+    ]
+
+
+@pytest.mark.parametrize(
+    "schema, expected",
+    [
+        ({"type": "string", "format": "date-time"}, "a JSON string, a date and time written YYYY-MM-DDTHH:MM:SS"),
+        ({"type": "string", "format": "uuid"}, "a JSON string, a UUID"),
+        ({"type": "string", "format": "x-custom"}, "a JSON string, format x-custom"),
+        ({"type": "string", "pattern": "^[A-Z]{3}$"}, "a JSON string, matching the regular expression ^[A-Z]{3}$"),
+        ({"const": "yes"}, 'a JSON value: exactly "yes"'),
+        ({"enum": [1, None, "a"]}, 'a JSON value: one of 1, null, "a"'),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "a JSON string or null"),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, "a JSON value: one of: integer | string"),
+        ({"type": ["integer", "null"], "exclusiveMinimum": 0}, "a JSON integer or null, > 0"),
+        ({"type": "number", "multipleOf": 0.01}, "a JSON number, a multiple of 0.01"),
+        ({"type": "string", "examples": ["INV-1"]}, 'a JSON string, e.g. "INV-1"'),
+        ({"minimum": 2}, "a JSON number, >= 2"),  # the type implied by its keywords
+        (True, "a JSON value."),
+        ({}, "a JSON value."),
+    ],
+)
+def test_single_values(schema, expected):
+    assert describe_schema(schema).startswith(f"Respond with only {expected}")
+
+
+def test_local_refs_are_followed_and_recursion_is_named_not_expanded():
+    schema = {
+        "$defs": {
+            "node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/node"}, "n": {"type": "integer"}}}
+        },
+        "$ref": "#/$defs/node",
+    }
+    assert describe_schema(schema).splitlines()[1:] == [
+        '- "child" (a value like node, optional)',
+        '- "n" (integer, optional)',
+    ]
+    root = {"type": "object", "properties": {"next": {"$ref": "#"}}}
+    lines = describe_schema(root).splitlines()
+    assert lines[1] == '- "next" (object, optional):'
+    assert lines[2] == '  - "next" (a value like the top-level value, optional)'
+
+
+def test_deep_nesting_is_bounded():
+    schema: dict = {"type": "string"}
+    for _ in range(50):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    assert len(describe_schema(schema).splitlines()) < 12
+
+
+def test_root_description_follows_the_lead_line():
+    schema = {"type": "object", "description": "An invoice.", "properties": {"n": {"type": "string"}}}
+    assert describe_schema(schema).splitlines()[:2] == [
+        "Respond with only a JSON object with these keys, in this order:",
+        "An invoice.",
+    ]
+
+
+def test_description_goes_first_in_an_existing_system_message():
+    messages = [{"role": "system", "content": "You extract fields."}, {"role": "user", "content": "Doc"}]
+    before = copy.deepcopy(messages)
+    out = with_schema_description(messages, INVOICE)
+    assert messages == before  # not changed in place
+    assert out[0] == {"role": "system", "content": describe_schema(INVOICE) + "\n\nYou extract fields."}
+    assert out[1:] == messages[1:]
+
+
+def test_a_system_message_is_added_for_text_and_for_messages_without_one():
+    assert with_schema_description("Doc", INVOICE) == [
+        {"role": "system", "content": describe_schema(INVOICE)},
+        {"role": "user", "content": "Doc"},
+    ]
+    user = [{"role": "user", "content": "Doc"}]
+    assert with_schema_description(user, INVOICE) == [{"role": "system", "content": describe_schema(INVOICE)}, *user]
+
+
+def test_token_ids_cannot_carry_a_description():
+    with pytest.raises(ValueError, match="token ids"):
+        with_schema_description([1, 2, 3], INVOICE)
+
+
+# -- ConstrainedSession(schema_in_prompt=...) on a tiny random network with the real Qwen tokenizer -----
+
+
+def test_session_puts_the_description_in_the_prompt_it_sends(tiny_model):
+    from guided import ConstrainedSession
+
+    chat = [{"role": "system", "content": "You extract fields."}, {"role": "user", "content": "Doc"}]
+    on = ConstrainedSession(tiny_model, schema=INVOICE, schema_in_prompt=True)
+    off = ConstrainedSession(tiny_model, schema=INVOICE, schema_in_prompt=False)
+    assert on.prompt(chat) == with_schema_description(chat, INVOICE)
+    assert off.prompt(chat) == chat
+    assert on.prompt("Doc") == with_schema_description("Doc", INVOICE)
+    assert on.prompt("Doc", chat_template=False) == describe_schema(INVOICE) + "\n\nDoc"
+    assert on.prompt([1, 2, 3]) == [1, 2, 3]  # token ids: the caller rendered the prompt
+    result = on.generate(chat, max_tokens=4)
+    assert result.usage.prompt_tokens == len(tiny_model.prompt_ids(with_schema_description(chat, INVOICE)))
+    assert off.generate(chat, max_tokens=4).usage.prompt_tokens == len(tiny_model.prompt_ids(chat))
+
+
+def test_json_object_is_described_and_other_constraints_refuse_the_option(tiny_model):
+    from guided import ConstrainedSession
+
+    session = ConstrainedSession(tiny_model, json_object=True, schema_in_prompt=True)
+    assert session.prompt("Doc")[0] == {"role": "system", "content": "Respond with only a JSON object."}
+    with pytest.raises(ValueError, match="schema_in_prompt needs a JSON Schema"):
+        ConstrainedSession(tiny_model, regex="[0-9]+", schema_in_prompt=True)
+    assert ConstrainedSession(tiny_model, regex="[0-9]+").prompt("Doc") == "Doc"  # the default leaves it alone
+
+
+def test_cli_flag_reaches_the_session(tiny_model, tiny_model_dir, capsys):
+    from coreai.cli import build_parser, main
+    from coreai.commands.common import constrained_session
+
+    def session(*flags):
+        args = build_parser().parse_args(["generate", str(tiny_model_dir), "--prompt", "x", *flags])
+        return constrained_session(tiny_model, args)
+
+    assert session("--schema", '{"type": "object"}', "--schema-in-prompt").schema_in_prompt is True
+    assert session("--json-object", "--no-schema-in-prompt").schema_in_prompt is False
+    assert main(["generate", str(tiny_model_dir), "--prompt", "x", "--regex", "[0-9]", "--schema-in-prompt"]) == 1
+    assert "--schema-in-prompt needs --schema or --json-object" in capsys.readouterr().err
+
+
+def test_server_request_field_and_server_setting(tiny_model):
+    import openai
+
+    from coreai.server import ServerConfig
+    from coreai.server.background import serve_in_thread
+
+    chat = [{"role": "user", "content": "Doc"}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "invoice", "schema": INVOICE}}
+    described = len(tiny_model.prompt_ids(with_schema_description(chat, INVOICE)))
+    plain = len(tiny_model.prompt_ids(chat))
+
+    def prompt_tokens(client, **extra):
+        reply = client.chat.completions.create(
+            model="tiny", messages=chat, response_format=fmt, max_tokens=2, extra_body=extra
+        )
+        return reply.usage.prompt_tokens
+
+    with serve_in_thread(tiny_model, ServerConfig(model_name="tiny", temperature=0.0, schema_in_prompt=True)) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        assert prompt_tokens(client) == described  # the server's --schema-in-prompt
+        assert prompt_tokens(client, schema_in_prompt=False) == plain  # the request overrides it
+        with pytest.raises(openai.BadRequestError, match="schema_in_prompt needs response_format"):
+            client.chat.completions.create(
+                model="tiny", messages=chat, max_tokens=2, extra_body={"schema_in_prompt": True}
+            )
+    with serve_in_thread(tiny_model, ServerConfig(model_name="tiny", temperature=0.0, schema_in_prompt=False)) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        assert prompt_tokens(client) == plain
+        assert prompt_tokens(client, schema_in_prompt=True) == described
