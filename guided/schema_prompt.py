@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from guided.spec import resolve_local_ref
+from guided.schema.pointer import resolve_local_ref
 
 # JSON Schema formats (2020-12 section 7.3) in words; a format not listed is named as it is.
 FORMATS = {
