@@ -8,7 +8,8 @@ from guided.cache import CacheStats, GrammarCache, default_cache
 from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend, NotEnforced, compile_grammar
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 from guided.matcher import GrammarMatcher
-from guided.session import ConstrainedSession, GuidedResult
+from guided.result import GuidedResult
+from guided.session import ConstrainedSession
 from guided.spec import GrammarSpec, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import TokenizerInfo, build_tokenizer_info, get_tokenizer_info

@@ -8,20 +8,19 @@ compiled grammars are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import mlx.core as mx
 import numpy as np
 
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
-from guided.compiler import NotEnforced
 from guided.enforcement import KeywordEnforcement, enforcement
 from guided.errors import GrammarError
 from guided.schema_prompt import SCHEMA_IN_PROMPT, describe_schema, with_schema_description
 from guided.spec import JSON_KINDS, make_spec
-from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
+from guided.result import GuidedResult
+from guided.strategy import ConstrainedDecodingStrategy
 from guided.tokenizer_info import get_tokenizer_info
 from guided.toolcalls import CallTracker, ToolCall
 from guided.tools import ToolConstraint, tool_constraint
@@ -30,35 +29,6 @@ from runtime.sequence import Delta, GenerationResult
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
 from runtime.sampling import SamplingParams
 from runtime.speculative import make_drafter
-
-
-@dataclass
-class GuidedResult(GenerationResult):
-    """A `GenerationResult` with the grammar's verdict.
-
-    value: the parsed JSON value (JSON inputs, when the text parses), else None.
-    complete: the grammar matched the whole output (False after max_tokens, an error or a cancel).
-    valid: complete and, for JSON Schema inputs, the value validates with `jsonschema` against the
-        schema as given (a safety net; in lenient mode it checks what the grammar did not enforce).
-    errors: why not valid: "incomplete ...", the engine's message, or "<pointer>: <jsonschema message>".
-    stats: guided counters (`GuidedStats`); not_enforced: lenient-mode gaps.
-    reasoning: a thinking model's reasoning text (between its markers, stripped), or None when it did
-        not reason; `text`, `value` and `valid` are then about the answer after the block only.
-    parsed: for a pydantic model class given as the schema, `value` as an instance of it (validated by
-        pydantic, as the openai client's `parse` does); None when not valid or for other schemas.
-    """
-
-    value: Any = None
-    complete: bool = False
-    valid: bool = False
-    errors: list[str] = field(default_factory=list)
-    stats: GuidedStats = field(default_factory=GuidedStats)
-    not_enforced: tuple[NotEnforced, ...] = ()
-    compile_seconds: float = 0.0
-    reasoning: str | None = None
-    parsed: Any = None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    content: str | None = None
 
 
 class ConstrainedSession:
