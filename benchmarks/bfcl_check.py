@@ -261,8 +261,8 @@ def score_reply(entry: dict, tool_calls: list[tuple[str, str]], content: str | N
     Returns {"outcome", "error", "call_in_text"}: outcome "right" (the checker's verdict; for
     irrelevance, no call), "no_call" (no tool call; "right" instead for irrelevance), "invalid" (a
     call to a function not offered, or arguments that are not a JSON object or break the tool's JSON
-    Schema, unless the checker accepts them) or "wrong" (well-formed calls the checker rejects); call_in_text: no call was made and
-    `content` looks like one (`looks_like_call`)."""
+    Schema, unless the checker accepts them) or "wrong" (well-formed calls the checker rejects);
+    call_in_text: no call was made and `content` looks like one (`looks_like_call`)."""
     import jsonschema
 
     tools, names = to_openai_tools(entry["functions"])
