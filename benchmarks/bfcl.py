@@ -130,8 +130,20 @@ def main(argv=None) -> int:
         parser.error(str(e))
 
     folder = store.ensure(args.model) if not Path(args.model).is_dir() else Path(args.model)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     results = {c: {"coreai": [], "mlx_lm": []} for c in categories}
-    load_before = os.getloadavg()
+    report = {
+        "model": args.model,
+        "dtype": "float32",
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": args.max_tokens,
+        "sample": "full" if args.full else f"{args.per_category} per category, evenly spaced",
+        "commit": commit,
+        "load_average_before": os.getloadavg(),
+        "complete": False,
+        "results": results,
+    }
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         f32 = _float32_copy(folder, Path(tmp) / "f32")
@@ -155,31 +167,30 @@ def main(argv=None) -> int:
                     for server, (client, model) in servers.items():
                         r = ask(client, model, entry, args.max_tokens)
                         results[category][server].append({"id": entry["id"], **r})
-                        print(f"{entry['id']:24s} {server:7s} {r['outcome']:8s} {r['seconds']:6.1f} s", flush=True)
-    wall = time.perf_counter() - started
-    summary = {c: {s: summarize(rs) for s, rs in servers_.items()} for c, servers_ in results.items()}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    report = {
-        "model": args.model,
-        "dtype": "float32",
-        "tool_choice": "auto",
-        "temperature": 0,
-        "max_tokens": args.max_tokens,
-        "sample": "full" if args.full else f"{args.per_category} per category, evenly spaced",
-        "commit": commit,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "wall_seconds": wall,
-        "summary": summary,
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+                        tokens = r.get("completion_tokens")
+                        print(f"{entry['id']:24s} {server:7s} {r['outcome']:8s} {r['seconds']:6.1f} s {tokens} tokens")
+                        # Written after every answer, so a stopped run leaves what it measured.
+                        write(report, args.out, time.perf_counter() - started)
+    report["complete"] = True
+    write(report, args.out, time.perf_counter() - started)
     print()
-    print(table(summary))
-    print(f"\n{wall / 60:.1f} min; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
+    print(table(report["summary"]))
+    load = report["load_average_before"][0], report["load_average_after"][0]
+    print(f"\n{report['wall_seconds'] / 60:.1f} min; load average {load[0]:.1f} before, {load[1]:.1f} after")
     print(f"written {args.out}")
     return 0
+
+
+def write(report: dict, out: Path, wall: float) -> None:
+    """`report` with its summary (of the servers and categories answered so far) as JSON at `out`."""
+    summary = {}
+    for category, servers in report["results"].items():
+        done = {server: summarize(rs) for server, rs in servers.items() if rs}
+        if done:
+            summary[category] = done
+    report.update(summary=summary, wall_seconds=wall, load_average_after=os.getloadavg())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

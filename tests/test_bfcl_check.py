@@ -273,3 +273,20 @@ def test_every_ground_truth_answer_is_scored_right(category):
                 assert scored["outcome"] == "right", (e["id"], order, scored)
                 checked += 1
     assert checked >= (0 if category == "irrelevance" else 2 * len(entries))
+
+
+def test_benchmark_sample_and_summary():
+    """`benchmarks.bfcl`'s fixed sample is evenly spaced, and its rates count each outcome once."""
+    from benchmarks.bfcl import sample, summarize, table
+
+    assert sample(list(range(400)), 4) == [0, 100, 200, 300]
+    assert sample(list(range(3)), 10) == [0, 1, 2]
+    outcomes = ["right", "right", "no_call", "no_call", "invalid", "wrong", "rejected", "right"]
+    results = [{"outcome": o, "call_in_text": i == 2, "seconds": float(i)} for i, o in enumerate(outcomes)]
+    s = summarize(results)
+    assert (s["questions"], s["right"], s["no_call"], s["invalid"], s["wrong"], s["rejected"]) == (8, 3, 2, 1, 1, 1)
+    assert (s["accuracy"], s["no_call_rate"], s["invalid_rate"], s["call_in_text"]) == (3 / 8, 2 / 8, 1 / 8, 1)
+    assert s["median_seconds"] == 3.5
+    assert "| parallel | coreai | 8 | 38% (3) | 25% (2; 1 in text) | 12% (1) | 1 | 1 | 3.5 |" in table(
+        {"parallel": {"coreai": s}}
+    )
