@@ -7,7 +7,8 @@ model, both subprocesses on loopback, asked the same questions with the official
     python -m benchmarks.bfcl [--per-category 12] [--full] [--categories simple_python,multiple,parallel]
 
 Per category and server: accuracy (right answers / questions), no-call rate (no tool call where one
-was due; `in text`: how many of those replies hold something that looks like a call in `content`),
+was due; `in text`: how many of those replies hold something that looks like a call in `content`;
+`right`: how many hold JSON calls that would have been scored right, a right call lost as text),
 invalid-argument rate (a call to a function not offered, or arguments that are not a JSON object or
 break the tool's JSON Schema), wrong calls (well-formed, scored wrong), rejected requests (an HTTP
 error) and the median seconds per question. The sample is fixed: `--per-category` questions evenly
@@ -45,7 +46,7 @@ def sample(entries: list, n: int | None) -> list:
 
 def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
     """One question to one server: the scored outcome (`score_reply`), seconds, finish_reason, the
-    calls and content as returned (content cut to 400 characters)."""
+    calls and content as returned (content cut to 2000 characters)."""
     import openai
 
     tools, _ = to_openai_tools(entry["functions"])
@@ -61,7 +62,13 @@ def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
         )
     except openai.APIError as e:  # a 400 for a schema the server will not take, a timeout, ...
         seconds = time.perf_counter() - start
-        return {"outcome": "rejected", "error": str(e)[:400], "call_in_text": False, "seconds": seconds}
+        return {
+            "outcome": "rejected",
+            "error": str(e)[:400],
+            "call_in_text": False,
+            "text_call_right": False,
+            "seconds": seconds,
+        }
     seconds = time.perf_counter() - start
     choice = reply.choices[0]
     calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
@@ -71,7 +78,7 @@ def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
         finish_reason=choice.finish_reason,
         completion_tokens=reply.usage.completion_tokens if reply.usage else None,
         tool_calls=[{"name": n, "arguments": a} for n, a in calls],
-        content=(choice.message.content or "")[:400],
+        content=(choice.message.content or "")[:2000],
     )
     return result
 
@@ -87,6 +94,7 @@ def summarize(results: list[dict]) -> dict:
         "accuracy": counts["right"] / n,
         "no_call_rate": counts["no_call"] / n,
         "call_in_text": sum(r["call_in_text"] for r in results),
+        "right_in_text": sum(r["text_call_right"] for r in results),
         "invalid_rate": counts["invalid"] / n,
         "median_seconds": statistics.median(r["seconds"] for r in results),
     }
@@ -95,14 +103,14 @@ def summarize(results: list[dict]) -> dict:
 def table(summary: dict) -> str:
     """The markdown table of `summary` ({category: {server: summarize(...)}})."""
     lines = [
-        "| category | server | n | accuracy | no call (in text) | invalid args | wrong | rejected | s / question |",
+        "| category | server | n | accuracy | no call (in text, right) | invalid | wrong | rejected | s / question |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for category, servers in summary.items():
         for server, s in servers.items():
             lines.append(
                 f"| {category} | {server} | {s['questions']} | {s['accuracy']:.0%} ({s['right']}) "
-                f"| {s['no_call_rate']:.0%} ({s['no_call']}; {s['call_in_text']} in text) "
+                f"| {s['no_call_rate']:.0%} ({s['no_call']}; {s['call_in_text']} in text, {s['right_in_text']} right) "
                 f"| {s['invalid_rate']:.0%} ({s['invalid']}) | {s['wrong']} | {s['rejected']} "
                 f"| {s['median_seconds']:.1f} |"
             )

@@ -254,37 +254,59 @@ def looks_like_call(content: str | None, names: dict[str, str]) -> bool:
     return any(re.search(re.escape(n) + r"\s*\(", content) for pair in names.items() for n in pair)
 
 
+def text_calls(content: str | None, names: dict[str, str]) -> list[tuple[str, dict]]:
+    """The calls written as JSON in reply text (a fenced ```json block or a bare object, alone or in
+    a list): objects whose "name" is an offered function (tool or BFCL spelling) and whose
+    "arguments" (or "parameters", Llama's key) is an object, as [(BFCL name, arguments)]."""
+    by_name = {**{bfcl: bfcl for bfcl in names.values()}, **names}
+    decoder, calls, i = json.JSONDecoder(), [], 0
+    text = content or ""
+    while (i := min((j for j in (text.find("{", i), text.find("[", i)) if j >= 0), default=-1)) >= 0:
+        try:
+            value, end = decoder.raw_decode(text, i)
+        except ValueError:
+            i += 1
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            args = item.get("arguments", item.get("parameters")) if isinstance(item, dict) else None
+            if isinstance(args, dict) and item.get("name") in by_name:
+                calls.append((by_name[item["name"]], args))
+        i = end
+    return calls
+
+
 def score_reply(entry: dict, tool_calls: list[tuple[str, str]], content: str | None) -> dict:
     """The outcome of one reply to `entry`: `tool_calls` as (tool name, arguments JSON text), as the
     OpenAI client returns them, and the reply's `content`.
 
-    Returns {"outcome", "error", "call_in_text"}: outcome "right" (the checker's verdict; for
-    irrelevance, no call), "no_call" (no tool call; "right" instead for irrelevance), "invalid" (a
-    call to a function not offered, or arguments that are not a JSON object or break the tool's JSON
-    Schema, unless the checker accepts them) or "wrong" (well-formed calls the checker rejects);
-    call_in_text: no call was made and `content` looks like one (`looks_like_call`)."""
+    Returns {"outcome", "error", "call_in_text", "text_call_right"}. outcome: "right" (the checker's
+    verdict; for irrelevance, no call), "no_call" (no tool call where one was due), "invalid" (a call
+    to a function not offered, or arguments that are not a JSON object or break the tool's JSON
+    Schema, unless the checker accepts them) or "wrong" (well-formed calls the checker rejects).
+    call_in_text: no call was made and `content` looks like one (`looks_like_call`).
+    text_call_right: no call was made where one was due, and the calls written as JSON in `content`
+    (`text_calls`) would have been scored right: a right call lost as text."""
     import jsonschema
 
     tools, names = to_openai_tools(entry["functions"])
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
     if not tool_calls:
-        right = entry["answers"] is None
-        error = None if right else "no call"
-        return {
-            "outcome": "right" if right else "no_call",
-            "error": error,
-            "call_in_text": looks_like_call(content, names),
-        }
+        in_text = looks_like_call(content, names)
+        if entry["answers"] is None:
+            return _scored("right", None, in_text)
+        written = text_calls(content, names)
+        lost = bool(written) and check(entry["functions"], written, entry["answers"]) is None
+        return _scored("no_call", "no call", in_text, lost)
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
     calls, schema_errors = [], []
     for name, arguments in tool_calls:
         if name not in names:
-            return {"outcome": "invalid", "error": f"call to {name!r}, not an offered tool", "call_in_text": False}
+            return _scored("invalid", f"call to {name!r}, not an offered tool")
         try:
             args = json.loads(arguments)
         except ValueError as e:
-            return {"outcome": "invalid", "error": f"{name}: arguments are not JSON ({e})", "call_in_text": False}
+            return _scored("invalid", f"{name}: arguments are not JSON ({e})")
         if not isinstance(args, dict):
-            return {"outcome": "invalid", "error": f"{name}: arguments are not a JSON object", "call_in_text": False}
+            return _scored("invalid", f"{name}: arguments are not a JSON object")
         found = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schemas[name]).iter_errors(args))
         if found is not None:
             schema_errors.append(f"{name}: {found.message}")
@@ -293,7 +315,11 @@ def score_reply(entry: dict, tool_calls: list[tuple[str, str]], content: str | N
     # BFCL's verdict comes first: a few answers in the data break their own function's schema
     # (simple_python_307, parallel_152, parallel_multiple_21 and _94), and BFCL scores them right.
     if error is None:
-        return {"outcome": "right", "error": None, "call_in_text": False}
+        return _scored("right", None)
     if schema_errors:
-        return {"outcome": "invalid", "error": "; ".join(schema_errors), "call_in_text": False}
-    return {"outcome": "wrong", "error": error, "call_in_text": False}
+        return _scored("invalid", "; ".join(schema_errors))
+    return _scored("wrong", error)
+
+
+def _scored(outcome: str, error: str | None, call_in_text: bool = False, text_call_right: bool = False) -> dict:
+    return {"outcome": outcome, "error": error, "call_in_text": call_in_text, "text_call_right": text_call_right}

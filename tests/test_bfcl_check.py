@@ -15,6 +15,7 @@ from benchmarks.bfcl_check import (
     looks_like_call,
     normalize,
     score_reply,
+    text_calls,
     to_openai_tools,
 )
 from tests.conftest import SHARED_DATA
@@ -170,7 +171,7 @@ def entry(answers=(ANSWER,)):
 
 def test_score_reply_outcomes():
     right = score_reply(entry(), [("geometry_area", '{"shape": "box", "size": 2.5}')], None)
-    assert right == {"outcome": "right", "error": None, "call_in_text": False}
+    assert right == {"outcome": "right", "error": None, "call_in_text": False, "text_call_right": False}
     wrong = score_reply(entry(), [("geometry_area", '{"shape": "circle", "size": 2.5}')], None)
     assert wrong["outcome"] == "wrong" and "'circle'" in wrong["error"]
     for calls, reason in [
@@ -182,7 +183,10 @@ def test_score_reply_outcomes():
         scored = score_reply(entry(), calls, None)
         assert scored["outcome"] == "invalid" and reason in scored["error"], scored
     text = '```json\n{"name": "geometry_area", "arguments": {"shape": "box", "size": 2.5}}\n```'
-    assert score_reply(entry(), [], text) == {"outcome": "no_call", "error": "no call", "call_in_text": True}
+    lost = {"outcome": "no_call", "error": "no call", "call_in_text": True, "text_call_right": True}
+    assert score_reply(entry(), [], text) == lost
+    wrong_in_text = score_reply(entry(), [], text.replace("box", "circle"))
+    assert wrong_in_text["call_in_text"] and not wrong_in_text["text_call_right"]
     assert score_reply(entry(), [], "The area is 6.25.")["call_in_text"] is False
     assert score_reply({**entry(), "answers": None}, [], "I cannot help.")["outcome"] == "right"
 
@@ -194,6 +198,18 @@ def test_looks_like_call():
     assert looks_like_call("[geometry_area (shape='box')]", names)
     assert not looks_like_call("Use geometry.area for this.", names)
     assert not looks_like_call(None, names)
+
+
+def test_text_calls():
+    """Calls written as JSON in reply text: fenced or bare, alone or in a list, either spelling of the
+    name, "arguments" or Llama's "parameters"; other JSON is not a call."""
+    names = {"geometry_area": "geometry.area"}
+    text = (
+        'Here: ```json\n[{"name": "geometry.area", "parameters": {"size": 1}}, {"name": "geometry_area", '
+        '"arguments": {"size": 2}}]\n``` and {"name": "other", "arguments": {}} {"size": 3} {broken'
+    )
+    assert text_calls(text, names) == [("geometry.area", {"size": 1}), ("geometry.area", {"size": 2})]
+    assert text_calls(None, names) == []
 
 
 def test_unknown_category_is_a_clear_error(tmp_path):
@@ -282,11 +298,15 @@ def test_benchmark_sample_and_summary():
     assert sample(list(range(400)), 4) == [0, 100, 200, 300]
     assert sample(list(range(3)), 10) == [0, 1, 2]
     outcomes = ["right", "right", "no_call", "no_call", "invalid", "wrong", "rejected", "right"]
-    results = [{"outcome": o, "call_in_text": i == 2, "seconds": float(i)} for i, o in enumerate(outcomes)]
+    results = [
+        {"outcome": o, "call_in_text": i in (2, 3), "text_call_right": i == 2, "seconds": float(i)}
+        for i, o in enumerate(outcomes)
+    ]
     s = summarize(results)
     assert (s["questions"], s["right"], s["no_call"], s["invalid"], s["wrong"], s["rejected"]) == (8, 3, 2, 1, 1, 1)
-    assert (s["accuracy"], s["no_call_rate"], s["invalid_rate"], s["call_in_text"]) == (3 / 8, 2 / 8, 1 / 8, 1)
+    assert (s["accuracy"], s["no_call_rate"], s["invalid_rate"]) == (3 / 8, 2 / 8, 1 / 8)
+    assert (s["call_in_text"], s["right_in_text"]) == (2, 1)
     assert s["median_seconds"] == 3.5
-    assert "| parallel | coreai | 8 | 38% (3) | 25% (2; 1 in text) | 12% (1) | 1 | 1 | 3.5 |" in table(
+    assert "| parallel | coreai | 8 | 38% (3) | 25% (2; 2 in text, 1 right) | 12% (1) | 1 | 1 | 3.5 |" in table(
         {"parallel": {"coreai": s}}
     )
