@@ -46,7 +46,7 @@ def sample(entries: list, n: int | None) -> list:
 
 def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
     """One question to one server: the scored outcome (`score_reply`), seconds, finish_reason, the
-    calls and content as returned (content cut to 2000 characters)."""
+    token counts, the calls and content as returned (content cut to 2000 characters)."""
     import openai
 
     tools, _ = to_openai_tools(entry["functions"])
@@ -76,6 +76,7 @@ def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
     result.update(
         seconds=seconds,
         finish_reason=choice.finish_reason,
+        prompt_tokens=reply.usage.prompt_tokens if reply.usage else None,
         completion_tokens=reply.usage.completion_tokens if reply.usage else None,
         tool_calls=[{"name": n, "arguments": a} for n, a in calls],
         content=(choice.message.content or "")[:2000],
