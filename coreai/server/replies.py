@@ -8,7 +8,7 @@ import time
 import uuid
 from typing import AsyncIterator
 
-from coreai.server import schemas as s
+from coreai.server import reply_schemas as o, schemas as s
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job
@@ -21,22 +21,22 @@ from runtime.reasoning import ReasoningPlan
 log = logging.getLogger("coreai.server")
 
 
-def usage_info(results: list[GenerationResult]) -> s.UsageInfo:
+def usage_info(results: list[GenerationResult]) -> o.UsageInfo:
     """OpenAI's usage of a request's choices: the prompt counted once, the completions summed;
     speculative drafts are reported as OpenAI reports predicted outputs
     (`completion_tokens_details.accepted_prediction_tokens` / `rejected_prediction_tokens`)."""
     prompt = results[0].usage
     completion = sum(r.usage.completion_tokens for r in results)
     accepted = sum(r.accepted_tokens for r in results)
-    details = s.CompletionTokensDetails(
+    details = o.CompletionTokensDetails(
         accepted_prediction_tokens=accepted,
         rejected_prediction_tokens=sum(r.drafted_tokens for r in results) - accepted,
     )
-    return s.UsageInfo(
+    return o.UsageInfo(
         prompt_tokens=prompt.prompt_tokens,
         completion_tokens=completion,
         total_tokens=prompt.prompt_tokens + completion,
-        prompt_tokens_details=s.PromptTokensDetails(cached_tokens=prompt.cached_tokens),
+        prompt_tokens_details=o.PromptTokensDetails(cached_tokens=prompt.cached_tokens),
         completion_tokens_details=details,
     )
 
@@ -97,9 +97,9 @@ class _Reply:
         text = self.model.tokenizer.decode([token_id], skip_special_tokens=False)
         return text, list(text.encode("utf-8"))
 
-    def entry(self, token_id: int, logprob: float) -> s.TopLogprob:
+    def entry(self, token_id: int, logprob: float) -> o.TopLogprob:
         text, raw = self.token(token_id)
-        return s.TopLogprob(token=text, logprob=max(logprob, -9999.0), bytes=raw)
+        return o.TopLogprob(token=text, logprob=max(logprob, -9999.0), bytes=raw)
 
 
 class ChatReply(_Reply):
@@ -111,20 +111,20 @@ class ChatReply(_Reply):
         super().__init__(req, constraint, model, name, reasoning, "chatcmpl-")
         self.tools = constraint is not None and constraint.tool_mode is not None
 
-    def logprobs(self, entries: list[TokenLogprob]) -> s.ChoiceLogprobs:
+    def logprobs(self, entries: list[TokenLogprob]) -> o.ChoiceLogprobs:
         content = []
         for e in entries:
             main = self.entry(e.id, e.logprob)
-            content.append(s.TokenLogprob(**main.model_dump(), top_logprobs=[self.entry(i, v) for i, v in e.top]))
-        return s.ChoiceLogprobs(content=content)
+            content.append(o.TokenLogprob(**main.model_dump(), top_logprobs=[self.entry(i, v) for i, v in e.top]))
+        return o.ChoiceLogprobs(content=content)
 
-    def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> s.ChatCompletion:
+    def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> o.ChatCompletion:
         """The completion of every choice: `outcomes` is each choice's pieces and result, in order."""
         choices = [self.choice(i, pieces, result) for i, (pieces, result) in enumerate(outcomes)]
         usage = usage_info([result for _, result in outcomes])
-        return s.ChatCompletion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
+        return o.ChatCompletion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
 
-    def choice(self, index: int, pieces: list[Piece], result: GenerationResult) -> s.ChatChoice:
+    def choice(self, index: int, pieces: list[Piece], result: GenerationResult) -> o.ChatChoice:
         text = "".join(p.text for p in pieces)
         reasoning = None
         if self.reasoning is not None:
@@ -135,19 +135,19 @@ class ChatReply(_Reply):
             calls, content = result.tool_calls, result.content or ""
         finish = openai_finish_reason(result, calls)
         tool_calls = message_tool_calls(calls)
-        message = s.ResponseMessage(
+        message = o.ResponseMessage(
             content=content if content or not calls else None, tool_calls=tool_calls, reasoning_content=reasoning
         )
         logprobs = None
         if self.req.logprobs:
             logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])])
-        return s.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)
+        return o.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)
 
     def frame(self, choices: list[dict]) -> dict:
         return {**super().frame(choices), "system_fingerprint": None}
 
     def chunk(
-        self, index: int, delta: s.ChunkDelta, finish: str | None = None, logprobs: s.ChoiceLogprobs | None = None
+        self, index: int, delta: o.ChunkDelta, finish: str | None = None, logprobs: o.ChoiceLogprobs | None = None
     ) -> dict:
         """A `chat.completion.chunk` of choice `index`; the delta carries only the fields it sets, as
         OpenAI's do."""
@@ -171,7 +171,7 @@ class ChatReply(_Reply):
         pending_logprobs: list[TokenLogprob] = []
         result = None
         try:
-            yield self.chunk(index, s.ChunkDelta(role="assistant", content=""))
+            yield self.chunk(index, o.ChunkDelta(role="assistant", content=""))
             while (item := await job.get()) is not Job.END:
                 if isinstance(item, GenerationResult):
                     result = results[index] = item
@@ -181,10 +181,10 @@ class ChatReply(_Reply):
                 if splitter is not None:
                     reasoning, text = splitter.feed(text)
                     if reasoning:
-                        yield self.chunk(index, s.ChunkDelta(reasoning_content=reasoning))
-                deltas = [s.ChunkDelta(content=text)] if text else []
+                        yield self.chunk(index, o.ChunkDelta(reasoning_content=reasoning))
+                deltas = [o.ChunkDelta(content=text)] if text else []
                 for event in calls.feed(item.parts) if calls else []:
-                    deltas.append(s.ChunkDelta(tool_calls=[chunk_tool_call(event)]))
+                    deltas.append(o.ChunkDelta(tool_calls=[chunk_tool_call(event)]))
                 for delta in deltas:
                     streamed_content |= delta.content is not None
                     yield self.chunk(index, delta, None, self._logprobs(pending_logprobs))
@@ -192,24 +192,24 @@ class ChatReply(_Reply):
             if splitter is not None:
                 reasoning, text = splitter.finish()
                 if reasoning:
-                    yield self.chunk(index, s.ChunkDelta(reasoning_content=reasoning))
+                    yield self.chunk(index, o.ChunkDelta(reasoning_content=reasoning))
                 if text:
                     streamed_content = True
-                    yield self.chunk(index, s.ChunkDelta(content=text), None, self._logprobs(pending_logprobs))
+                    yield self.chunk(index, o.ChunkDelta(content=text), None, self._logprobs(pending_logprobs))
                     pending_logprobs = []
             if result is None:
                 return
             if calls:
                 if not streamed_content and getattr(result, "content", None):  # the generic envelope's answer
-                    yield self.chunk(index, s.ChunkDelta(content=result.content))
+                    yield self.chunk(index, o.ChunkDelta(content=result.content))
                 for e in calls.finish(result.tool_calls):
-                    yield self.chunk(index, s.ChunkDelta(tool_calls=[chunk_tool_call(e)]))
+                    yield self.chunk(index, o.ChunkDelta(tool_calls=[chunk_tool_call(e)]))
             finish = openai_finish_reason(result, result.tool_calls if calls else [])
-            yield self.chunk(index, s.ChunkDelta(), finish, self._logprobs(pending_logprobs))
+            yield self.chunk(index, o.ChunkDelta(), finish, self._logprobs(pending_logprobs))
         finally:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
-    def _logprobs(self, entries: list[TokenLogprob]) -> s.ChoiceLogprobs | None:
+    def _logprobs(self, entries: list[TokenLogprob]) -> o.ChoiceLogprobs | None:
         return self.logprobs(entries) if entries and self.req.logprobs else None
 
 
@@ -221,7 +221,7 @@ class CompletionReply(_Reply):
     def __init__(self, req: s.CompletionRequest, constraint, model, name, reasoning=None):
         super().__init__(req, constraint, model, name, reasoning, "cmpl-")
 
-    def logprobs(self, entries: list[TokenLogprob], offset: int) -> s.CompletionLogprobs:
+    def logprobs(self, entries: list[TokenLogprob], offset: int) -> o.CompletionLogprobs:
         tokens, values, tops, offsets = [], [], [], []
         for e in entries:
             text, _ = self.token(e.id)
@@ -230,11 +230,11 @@ class CompletionReply(_Reply):
             tops.append({self.token(i)[0]: max(v, -9999.0) for i, v in e.top})
             offsets.append(offset)
             offset += len(text)
-        return s.CompletionLogprobs(
+        return o.CompletionLogprobs(
             tokens=tokens, token_logprobs=values, top_logprobs=tops if self.req.logprobs else None, text_offset=offsets
         )
 
-    def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> s.Completion:
+    def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> o.Completion:
         """The completion of every choice: `outcomes` is each choice's pieces and result, in order."""
         choices = []
         for i, (pieces, result) in enumerate(outcomes):
@@ -242,13 +242,13 @@ class CompletionReply(_Reply):
             if self.req.logprobs is not None:
                 logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
             text, finish = "".join(p.text for p in pieces), openai_finish_reason(result, [])
-            choices.append(s.CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=finish))
+            choices.append(o.CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=finish))
         usage = usage_info([result for _, result in outcomes])
-        return s.Completion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
+        return o.Completion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
 
-    def chunk(self, index: int, text: str, finish: str | None, logprobs: s.CompletionLogprobs | None = None) -> dict:
-        choice = s.CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)
-        return s.Completion(id=self.id, created=self.created, model=self.name, choices=[choice]).model_dump()
+    def chunk(self, index: int, text: str, finish: str | None, logprobs: o.CompletionLogprobs | None = None) -> dict:
+        choice = o.CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)
+        return o.Completion(id=self.id, created=self.created, model=self.name, choices=[choice]).model_dump()
 
     async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
         """Chunks of one choice: its text as it comes, then the finish_reason."""

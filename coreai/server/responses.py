@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from coreai.server import responses_schemas as r
-from coreai.server import routes, schemas as s
+from coreai.server import reply_schemas as o, routes, schemas as s
 from coreai.server.responses_schemas import new_id
 from coreai.server.constraints import enforcement_headers
 from coreai.server.errors import APIError, validation_error
@@ -36,7 +36,6 @@ from runtime import GenerationResult
 
 router = APIRouter()
 
-ERROR_RESPONSES = {status: {"model": s.ErrorResponse} for status in (400, 401, 404, 413, 429, 500)}
 
 # The chat path's parameter names -> the Responses request's, for its 400s (longest prefix first).
 PARAMS = [
@@ -197,13 +196,13 @@ class ResponseBuilder:
         return self.response("completed", output, output_text=text, usage=usage)
 
 
-def logprobs_of(choice_logprobs: s.ChoiceLogprobs | None) -> list[r.TokenLogprob] | None:
+def logprobs_of(choice_logprobs: o.ChoiceLogprobs | None) -> list[r.TokenLogprob] | None:
     if choice_logprobs is None:
         return None
     return [r.TokenLogprob(**e.model_dump()) for e in choice_logprobs.content or []]
 
 
-def output_items(choice: s.ChatChoice, status: str) -> list[r.OutputItem]:
+def output_items(choice: o.ChatChoice, status: str) -> list[r.OutputItem]:
     """A chat choice's message as Responses output items: reasoning, message, function calls."""
     message, items = choice.message, []
     if message.reasoning_content:
@@ -225,7 +224,7 @@ def output_items(choice: s.ChatChoice, status: str) -> list[r.OutputItem]:
     return items
 
 
-@router.post("/responses", response_model=r.Response, responses=ERROR_RESPONSES)
+@router.post("/responses", response_model=r.Response, responses=routes.ERROR_RESPONSES)
 async def create_response(
     req: r.ResponseCreateRequest, request: Request, server: ServerState = Depends(routes.server_state)
 ):

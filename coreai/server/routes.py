@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from coreai.server import schemas as s
+from coreai.server import reply_schemas as o, schemas as s
 from coreai.server.constraints import enforcement_headers
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import APIError, bad_request
@@ -20,7 +20,7 @@ from coreai.server.replies import ChatReply, CompletionReply
 from coreai.server.state import ServerState
 from coreai.server.streaming import collect, sse
 
-ERROR_RESPONSES = {status: {"model": s.ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 503)}
+ERROR_RESPONSES = {status: {"model": o.ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 503)}
 
 
 def server_state(request: Request) -> ServerState:
@@ -51,13 +51,13 @@ def check_model(server: ServerState, requested: str) -> None:
         )
 
 
-@v1.get("/models", response_model=s.ModelList)
+@v1.get("/models", response_model=o.ModelList)
 async def models(server: Server):
-    return s.ModelList(data=[server.card])
+    return o.ModelList(data=[server.card])
 
 
 # `:path`: a served name may hold slashes ("org/model"), which a client may send unescaped.
-@v1.get("/models/{model:path}", response_model=s.ModelCard)
+@v1.get("/models/{model:path}", response_model=o.ModelCard)
 async def retrieve_model(model: str, server: Server):
     """The served model's card (the official client's `models.retrieve`); any other name is a 404."""
     check_model(server, model)
@@ -99,13 +99,13 @@ async def respond(server: ServerState, req, request: Request, response: Response
     return reply.complete(outcomes)
 
 
-@v1.post("/chat/completions", response_model=s.ChatCompletion)
+@v1.post("/chat/completions", response_model=o.ChatCompletion)
 async def chat_completions(req: s.ChatCompletionRequest, request: Request, response: Response, server: Server):
     """OpenAI chat completions (stream: SSE of `chat.completion.chunk`s ending `data: [DONE]`)."""
     return await respond(server, req, request, response, server.preparer.chat, ChatReply)
 
 
-@v1.post("/completions", response_model=s.Completion)
+@v1.post("/completions", response_model=o.Completion)
 async def completions(req: s.CompletionRequest, request: Request, response: Response, server: Server):
     """OpenAI legacy text completions of a plain prompt (no chat template)."""
     return await respond(server, req, request, response, server.preparer.completion, CompletionReply)

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from coreai.server import schemas as s
+from coreai.server import reply_schemas as o
 from coreai.server.config import ServerConfig
 from coreai.server.constraints import Constraints
 from coreai.server.engine import Engine
@@ -61,7 +61,7 @@ class ServerState:
     model: Model
     config: ServerConfig
     name: str
-    card: s.ModelCard
+    card: o.ModelCard
     worker: Worker
     preparer: Preparer
     grammar_cache: GrammarCache
@@ -87,7 +87,7 @@ class ServerState:
             model=model,
             config=config,
             name=name,
-            card=s.ModelCard(id=name, created=int(time.time())),
+            card=o.ModelCard(id=name, created=int(time.time())),
             worker=Worker(config.max_queue, config.max_batch, engine),
             preparer=Preparer(model, config, Constraints(model, info, cache)),
             grammar_cache=cache,

@@ -4,23 +4,23 @@ are `guided`'s (`ConstrainedSession(tools=...)`); this module only maps them."""
 
 from __future__ import annotations
 
-from coreai.server import schemas as s
+from coreai.server import reply_schemas as o
 from guided.toolcalls import ToolCall, new_call_id
 
 
-def message_tool_calls(calls: list[ToolCall]) -> list[s.ResponseToolCall] | None:
+def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall] | None:
     """A message's `tool_calls` (None when there are none, as OpenAI sends)."""
     return [
-        s.ResponseToolCall(id=c.id, function=s.ResponseFunctionCall(name=c.name, arguments=c.arguments)) for c in calls
+        o.ResponseToolCall(id=c.id, function=o.ResponseFunctionCall(name=c.name, arguments=c.arguments)) for c in calls
     ] or None
 
 
-def chunk_tool_call(event: tuple) -> s.ChunkToolCall:
+def chunk_tool_call(event: tuple) -> o.ChunkToolCall:
     """The streamed delta of a `guided.toolcalls.CallStream` event: ("open", index, name) is the
     call's first delta (index, a new id, type, name, arguments ""), ("args", index, text) a fragment."""
     kind, index, value = event
     if kind == "open":
-        return s.ChunkToolCall(
-            index=index, id=new_call_id(), type="function", function=s.ChunkFunctionCall(name=value, arguments="")
+        return o.ChunkToolCall(
+            index=index, id=new_call_id(), type="function", function=o.ChunkFunctionCall(name=value, arguments="")
         )
-    return s.ChunkToolCall(index=index, function=s.ChunkFunctionCall(arguments=value))
+    return o.ChunkToolCall(index=index, function=o.ChunkFunctionCall(arguments=value))
