@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from coreai.server.reply_schemas import TokenLogprob
 from coreai.server.schemas import FUNCTION_NAME, Request, StructuredOutputs
 
 
@@ -226,16 +227,6 @@ class ResponseCreateRequest(Request):
 
 
 # ---- the response --------------------------------------------------------------------------------
-
-
-class TopLogprob(BaseModel):
-    token: str
-    logprob: float
-    bytes: list[int] | None
-
-
-class TokenLogprob(TopLogprob):
-    top_logprobs: list[TopLogprob]
 
 
 class OutputTextPart(BaseModel):
