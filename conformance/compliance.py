@@ -73,7 +73,9 @@ def random_generation(compiled, hf, bias: mx.array, seed: int, max_tokens: int =
     tokens: list[int] = []
     finish = "length"
     key = mx.random.key(seed)
+    passes = 0
     for i in range(max_tokens):
+        passes += 1
         strategy.prepare()
         key, sub = mx.random.split(key)
         logits = mx.random.normal((1, compiled.tokenizer.vocab_size), key=sub) + bias * (0.3 * max(0, i - 4))
@@ -88,7 +90,7 @@ def random_generation(compiled, hf, bias: mx.array, seed: int, max_tokens: int =
         "complete": strategy.complete,
         "text": hf.decode(tokens),
         "tokens": len(tokens),
-        "forward_passes": strategy.stats.forward_passes,
+        "forward_passes": passes,
         "early_stop": finish == "stop" and not strategy.complete,
         "retries": strategy.stats.retries,
     }
