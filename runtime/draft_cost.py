@@ -12,7 +12,8 @@ pass without one. Per step (one forward pass of `base` new tokens plus the k dra
 - cost: C(w), the wall time of one loop cycle whose forward pass is w tokens wide (the pass, the
   mask fills of its draft positions, verification, the drafter), measured while generating: an
   exponentially weighted mean (EWMA) per bucket of widths 1, 2, 4, 8, 16, 32 (a width goes to the
-  nearest bucket on a log scale), read by linear interpolation between the buckets' mean widths.
+  nearest bucket on a log scale), read by linear interpolation between the buckets' mean widths
+  and made non-decreasing (a dip, a wide pass measured cheaper than a narrow one, is noise).
   A loaded machine, where a wide pass suffers more from sharing the cores than a narrow one, is
   seen as a steeper C.
 - the choice: the k in [0, max_draft] maximising E(k) / C(base + k); k > 0 only if it beats k = 0 by
@@ -27,7 +28,8 @@ measured are extrapolated from the nearest measured bucket with an optimistic `p
 fed for a while go stale, and a decision to draft k = 0 stops acceptance from being observed: every
 `probe_every` decisions the model probes one draft of max(probe, 2k) tokens (at most one slightly
 wider pass per `probe_every`: a bounded cost), so a machine that gets quiet again, or an output
-that starts copying, is seen.
+that starts copying, is seen; a bucket measured after more than `probe_every` passes without one
+takes the new measurement as its estimate (the old one describes the machine as it was).
 
 Deterministic given its observations (no clock of its own): the strategy feeds it measured seconds
 and acceptance; tests inject them.
@@ -88,6 +90,8 @@ class DraftCostModel:
         self.rejected = (1 - prior_acceptance) * prior_weight  # ... and of drafts cut by a rejection
         self.width: dict[int, float] = {}  # bucket -> EWMA of the widths measured there (tokens)
         self.seconds: dict[int, float] = {}  # bucket -> EWMA of their cycle times (s)
+        self.updated: dict[int, int] = {}  # bucket -> `passes` at its last measurement
+        self.passes = 0  # passes measured
         self.decisions = 0  # since the last probe
         self.probing = False  # the last decision was a probe
 
@@ -98,11 +102,14 @@ class DraftCostModel:
         if width < 1 or not math.isfinite(seconds) or seconds <= 0:
             return  # nothing to learn (a clock hiccup)
         b = min(BUCKETS, key=lambda b: abs(math.log2(width) - math.log2(b)))
-        if b not in self.seconds:
+        self.passes += 1
+        if b not in self.seconds or self.passes - self.updated[b] > self.probe_every:
+            # first measured, or stale: its estimate describes the machine as it was
             self.width[b], self.seconds[b] = float(width), seconds
         else:
             self.width[b] += self.decay * (width - self.width[b])
             self.seconds[b] += self.decay * (seconds - self.seconds[b])
+        self.updated[b] = self.passes
 
     def observe_draft(self, drafted: int, accepted: int) -> None:
         """A draft of `drafted` tokens had its first `accepted` accepted (0 <= accepted <= drafted)."""
@@ -125,7 +132,10 @@ class DraftCostModel:
 
     def cost(self, width: int) -> float:
         """The estimated cycle time of a `width`-token pass (s; relative units before any measurement)."""
-        points = sorted((self.width[b], self.seconds[b]) for b in self.seconds)
+        points, top = [], 0.0
+        for w, sec in sorted((self.width[b], self.seconds[b]) for b in self.seconds):
+            top = max(top, sec)  # a wider pass is never cheaper: a dip is noise
+            points.append((w, top))
         if not points:
             return 1 + self.prior_slope * (width - 1)
         lo_w, lo_s = points[0]
