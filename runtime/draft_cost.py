@@ -130,22 +130,36 @@ class DraftCostModel:
         a = self.acceptance
         return (1 - a ** (k + 1)) / (1 - a) if a < 1 else k + 1.0
 
-    def cost(self, width: int) -> float:
-        """The estimated cycle time of a `width`-token pass (s; relative units before any measurement)."""
+    def curve(self) -> list[tuple[float, float]]:
+        """The measured cost curve: [(mean width, seconds)] by width, made non-decreasing (a wider
+        pass is never cheaper: a dip is noise)."""
         points, top = [], 0.0
         for w, sec in sorted((self.width[b], self.seconds[b]) for b in self.seconds):
-            top = max(top, sec)  # a wider pass is never cheaper: a dip is noise
+            top = max(top, sec)
             points.append((w, top))
-        if not points:
-            return 1 + self.prior_slope * (width - 1)
-        lo_w, lo_s = points[0]
-        if width <= lo_w:
-            return lo_s / (1 + self.prior_slope * (lo_w - width))
-        for (w0, s0), (w1, s1) in zip(points, points[1:]):
-            if width <= w1:
-                return s0 + (s1 - s0) * (width - w0) / (w1 - w0) if w1 > w0 else s1
-        hi_w, hi_s = points[-1]
-        return hi_s * (1 + self.prior_slope * (width - hi_w))
+        return points
+
+    def cost(self, width: int) -> float:
+        """The estimated cycle time of a `width`-token pass (s; relative units before any measurement)."""
+        return self.costs([width], self.curve())[0]
+
+    def costs(self, widths, curve: list[tuple[float, float]]) -> list[float]:
+        """`cost` of each of `widths` (increasing) on `curve`, in one walk along it."""
+        slope = self.prior_slope
+        if not curve:
+            return [1 + slope * (w - 1) for w in widths]
+        out, i = [], 0
+        for w in widths:
+            while i < len(curve) and curve[i][0] < w:
+                i += 1
+            if i == 0:  # below the narrowest measured width
+                out.append(curve[0][1] / (1 + slope * (curve[0][0] - w)))
+            elif i == len(curve):  # past the widest: extrapolated
+                out.append(curve[-1][1] * (1 + slope * (w - curve[-1][0])))
+            else:
+                (w0, s0), (w1, s1) = curve[i - 1], curve[i]
+                out.append(s0 + (s1 - s0) * (w - w0) / (w1 - w0))
+        return out
 
     def rate(self, k: int, base: int) -> float:
         """Expected tokens per second of a pass of `base` new tokens and a k-token draft."""
@@ -157,9 +171,14 @@ class DraftCostModel:
         """The draft length (0..min(limit, max_draft)) with the highest expected tokens per second; 0
         unless a draft beats none by `margin`."""
         top = self.max_draft if limit is None else min(limit, self.max_draft)
-        floor = self.rate(0, base) * (1 + self.margin)
-        k = max(range(top + 1), key=lambda k: self.rate(k, base))
-        return k if k and self.rate(k, base) > floor else 0
+        curve, a = self.curve(), self.acceptance
+        costs = self.costs(range(base, base + top + 1), curve)
+        rates, tokens, p = [], 0.0, 1.0  # E(k) = sum of a^j for j <= k, built up term by term
+        for k in range(top + 1):
+            tokens, p = tokens + p, p * a
+            rates.append(tokens / costs[k])
+        k = max(range(top + 1), key=rates.__getitem__)
+        return k if k and rates[k] > rates[0] * (1 + self.margin) else 0
 
     def choose(self, base: int) -> int:
         """The draft length to ask the drafter for, before the pass of `base` (>= 1) new tokens: the
