@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-fast lint install clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(VENV)/.demo-installed
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Every test that needs no real model, with an empty model cache: nothing is exported (a test that
+# tries fails, see tests/conftest.py). The fresh cache is removed afterwards.
+test-fast: $(STAMP)
+	@home=$$(mktemp -d); COREAI_HOME=$$home $(PY) -m pytest -q -m "not model"; status=$$?; rm -rf $$home; exit $$status
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

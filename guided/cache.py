@@ -66,11 +66,14 @@ class GrammarCache:
         """Record every compile for `journal.tokenizer` in `journal` (None: stop recording)."""
         self.journal = journal
 
-    def warm(self, journal: GrammarJournal, limit: int | None = None) -> int:
+    def warm(self, journal: GrammarJournal, limit: int | None = None, stop: threading.Event | None = None) -> int:
         """Compile the journal's specs (most recently used first, at most `limit` or `capacity`)
-        into this cache; specs that no longer compile are skipped. Returns how many compiled."""
+        into this cache; specs that no longer compile are skipped. `stop`: set from another thread to
+        end after the compile under way. Returns how many compiled."""
         done = 0
         for spec in journal.specs()[: min(limit or self.capacity, self.capacity)]:
+            if stop is not None and stop.is_set():
+                break
             try:
                 self.get(spec, journal.tokenizer)
                 done += 1

@@ -31,7 +31,9 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from guided.spec import SUBSCHEMA_LIST, SUBSCHEMA_MAP, pointer, resolve_local_ref
+from guided.schema.numbers import loads_exact
+from guided.schema.pointer import pointer, resolve_local_ref
+from guided.schema.walk import SUBSCHEMA_LIST, SUBSCHEMA_MAP
 from guided.validation import validator_for
 
 # Keywords whose error on an object or array stays as members are added (an excess or a duplicate is
@@ -305,7 +307,7 @@ class ValueChecker:
             return None
         closers = "".join("}" if f.kind == "o" else "]" for f in reversed(self.stack))
         try:
-            document = json.loads(self.text[:end].decode("utf-8") + closers)
+            document = loads_exact(self.text[:end].decode("utf-8") + closers)
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None  # not JSON the tracker understands: left to the final check
         for error in self.plan.validator.iter_errors(document):

@@ -21,7 +21,10 @@ from llguidance import LLMatcher, LLParserLimits
 from guided.checker import CheckPlan
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 from guided.matcher import GrammarMatcher
-from guided.spec import JSON_KINDS, GrammarSpec, close_objects, json_spec, pointer, subschemas
+from guided.schema.pointer import get, local_ref, parse_pointer, path_of, pointer
+from guided.schema.rewrite import close_objects
+from guided.schema.walk import keyword_paths, nodes
+from guided.spec import JSON_KINDS, GrammarSpec
 from guided.tokenizer_info import TokenizerInfo
 from guided.validation import can_validate
 
@@ -70,32 +73,10 @@ class CompiledGrammar:
         return GrammarMatcher(self.template, self.tokenizer)
 
 
-def _keyword_paths(schema, keyword: str, value=None) -> list[tuple]:
-    """Paths (to the keyword itself) of every subschema having `keyword` (with `value`, if given).
-    If the applicator walk finds none (a keyword under a non-standard key), any object in the
-    document having it."""
-
-    def has(node):
-        return isinstance(node, dict) and keyword in node and (value is None or node[keyword] == value)
-
-    found = [path + (keyword,) for path, sub in subschemas(schema) if has(sub)]
-    if not found:
-        found = [path + (keyword,) for path, node in _nodes(schema) if has(node)]
-    return found
-
-
-def _nodes(node, path=()):
-    """Every (path, value) in a JSON document, depth first."""
-    yield path, node
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        yield from _nodes(value, path + (key,))
-
-
 def _bad_patterns(schema):
     """Paths of `pattern` values and `patternProperties` keys llguidance cannot compile on their own
     (anywhere in the document: schemas sometimes hide subschemas under non-standard keys)."""
-    for path, sub in _nodes(schema):
+    for path, sub in nodes(schema):
         if not isinstance(sub, dict):
             continue
         candidates = [(path + ("pattern",), sub.get("pattern"))]
@@ -113,33 +94,27 @@ def locate(schema, message: str) -> list[tuple[str, str]]:
     found: list[tuple[str, tuple]] = []
     if m := re.search(r"Unimplemented keys: (\[.*?\])", message):
         for kw in json.loads(m.group(1)):
-            found += [(kw, p) for p in _keyword_paths(schema, kw)]
+            found += [(kw, p) for p in keyword_paths(schema, kw)]
     elif m := re.search(r"(?:Unknown|Unimplemented|Unsupported) format: (.*)", message):
-        found += [("format", p) for p in _keyword_paths(schema, "format", m.group(1).strip())]
+        found += [("format", p) for p in keyword_paths(schema, "format", m.group(1).strip())]
     elif "oneOf" in message:
-        found += [("oneOf", p) for p in _keyword_paths(schema, "oneOf")]
+        found += [("oneOf", p) for p in keyword_paths(schema, "oneOf")]
     elif "min/maxProperties" in message:
-        found += [(kw, p) for kw in ("minProperties", "maxProperties") for p in _keyword_paths(schema, kw)]
+        found += [(kw, p) for kw in ("minProperties", "maxProperties") for p in keyword_paths(schema, kw)]
     elif "patternProperty" in message:
-        found += [("patternProperties", p) for p in _keyword_paths(schema, "patternProperties")]
+        found += [("patternProperties", p) for p in keyword_paths(schema, "patternProperties")]
     elif "regex" in message or "lookaround" in message:
         found += [(p[-1] if p[-1] == "pattern" else "patternProperties", p) for p in _bad_patterns(schema)]
-        found = found or [("pattern", p) for p in _keyword_paths(schema, "pattern")]  # a combination fails
+        found = found or [("pattern", p) for p in keyword_paths(schema, "pattern")]  # a combination fails
     elif "intersection" in message:
-        found += [("allOf", p) for p in _keyword_paths(schema, "allOf")]
+        found += [("allOf", p) for p in keyword_paths(schema, "allOf")]
     elif any(w in message for w in ("Resource", "Pointer", "$ref", "references")):
-        refs = [(p, _get(schema, p)) for p in _keyword_paths(schema, "$ref")]
+        refs = [(p, get(schema, p)) for p in keyword_paths(schema, "$ref")]
         # the message names the resolved URI; a relative ref is a suffix of it, a remote one is not local
         found += [("$ref", p) for p, ref in refs if str(ref) in message] or [
             ("$ref", p) for p, ref in refs if not str(ref).startswith("#")
         ][:1]
     return [(kw, pointer(p)) for kw, p in found] or [("", "")]
-
-
-def _get(schema, path):
-    for p in path:
-        schema = schema[p]
-    return schema
 
 
 def _engine_error(matcher: LLMatcher) -> str:
@@ -176,22 +151,6 @@ def _short(message: str, length: int = 200) -> str:
     return message if len(message) <= length else message[:length] + "..."
 
 
-def _ref_target(ref) -> tuple | None:
-    """The path a local `$ref` ("#", "#/$defs/a") points to, or None for any other ref."""
-    if ref == "#":
-        return ()
-    if isinstance(ref, str) and ref.startswith("#/"):
-        return tuple(p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/"))
-    return None
-
-
-def _get_or_none(schema, path):
-    try:
-        return _get(schema, path)
-    except (KeyError, IndexError, TypeError):
-        return None
-
-
 def _refusal(spec: GrammarSpec, message: str) -> GrammarError | None:
     """The error for an engine message about a limit, a grammar with no finite output or a dangling
     `$ref`; None for other messages (unsupported keywords, syntax errors)."""
@@ -205,15 +164,15 @@ def _refusal(spec: GrammarSpec, message: str) -> GrammarError | None:
                 f"the {spec.kind} grammar can produce no finite text (a rule that only refers to itself?)"
             )
         # The common cases (a $ref cycle with nothing in between) are refused earlier, with a pointer,
-        # by `guided.spec.check_finite`.
+        # by `guided.schema.checks.check_finite`.
         return SchemaError(
             "no finite JSON value satisfies the schema: it refers to itself without ever reaching a value"
         )
     if is_json and (m := re.search(r"Pointer '([^']*)' does not exist", message)):
         refs = [
             p
-            for p in _keyword_paths(spec.schema, "$ref")
-            if _ref_target(_get_or_none(spec.schema, p)) == _ref_target("#" + m.group(1))
+            for p in keyword_paths(spec.schema, "$ref")
+            if local_ref(get(spec.schema, p)) == local_ref("#" + m.group(1))
         ]
         where = pointer(refs[0]) if refs else ""
         return SchemaError(
@@ -246,39 +205,29 @@ def compile_grammar(
         compiled = _compile(spec, tokenizer, limits)
     except UnsupportedSchemaFeature as refusal:
         # Compile the superset the engine can express; refuse only what the validator cannot check either.
+        # An error here (a keyword refused even in lenient mode, no satisfying value, a limit) is what
+        # really blocks the schema, not the keyword the validator would have checked.
         try:
-            compiled = _compile(json_spec(json.dumps(spec.schema), spec.kind, *_flags(spec), True), tokenizer, limits)
-        except UnsupportedSchemaFeature as blocker:  # what the engine refuses even leaving keywords out
-            raise blocker from None
-        except GrammarError:
-            raise refusal from None
-        if any(not _can_validate(spec.schema, n) for n in compiled.not_enforced):
-            raise refusal from None
-    if compiled.not_enforced:
-        checked = [n for n in compiled.not_enforced if _can_validate(spec.schema, n)]
-        compiled.not_enforced = tuple(n for n in compiled.not_enforced if n not in checked)
-        compiled.validated = tuple(checked)
-        if checked:
-            paths = frozenset(_path(spec.schema, n.pointer) for n in checked)
-            compiled.checks = CheckPlan(spec.schema, paths)
+            compiled = _compile(spec.as_lenient(), tokenizer, limits)
+        except GrammarError as blocker:
+            raise blocker from refusal
+        # Name what nothing enforces, not the keyword the engine happened to report first (a
+        # `uniqueItems` the validator checks, beside an unknown format).
+        if unchecked := [n for n in compiled.not_enforced if not _can_validate(spec.schema, n)]:
+            raise _unsupported(unchecked[0].keyword, unchecked[0].pointer, unchecked[0].message) from None
+    checked = [n for n in compiled.not_enforced if _can_validate(spec.schema, n)]
+    compiled.not_enforced = tuple(n for n in compiled.not_enforced if n not in checked)
+    # Numeric keywords the spec left out of the grammar (the engine would round them).
+    checked += [NotEnforced(parse_pointer(p)[-1], p, _INEXACT) for p in spec.validated]
+    compiled.validated = tuple(checked)
+    if checked:
+        paths = frozenset(path_of(spec.schema, n.pointer) for n in checked)
+        compiled.checks = CheckPlan(spec.schema, paths)
     compiled.compile_seconds = time.perf_counter() - t0
     return compiled
 
 
-def _flags(spec: GrammarSpec) -> tuple[bool, bool]:
-    return bool(spec.options.get("any_whitespace")), bool(spec.options.get("strict", True))
-
-
-def _path(schema, where: str) -> tuple:
-    """The path of keys (ints where the schema has a list) a JSON pointer into `schema` names."""
-    path, node = (), schema
-    for part in where.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, list) and part.isdigit():
-            part = int(part)
-        path += (part,)
-        node = node[part] if isinstance(node, (dict, list)) and _get_or_none(node, (part,)) is not None else None
-    return path
+_INEXACT = "the engine would judge this number in floating point, not as the exact decimal"
 
 
 def _can_validate(schema, gap: NotEnforced) -> bool:
@@ -286,8 +235,15 @@ def _can_validate(schema, gap: NotEnforced) -> bool:
     by `jsonschema`; a format only if the validator knows it)."""
     if not gap.keyword or not gap.pointer:
         return False
-    value = _get_or_none(schema, _path(schema, gap.pointer)) if gap.keyword == "format" else None
+    value = get(schema, path_of(schema, gap.pointer)) if gap.keyword == "format" else None
     return can_validate(schema, gap.keyword, value)
+
+
+def _unsupported(keyword: str, where: str, message: str) -> UnsupportedSchemaFeature:
+    """The refusal of `keyword` at JSON pointer `where` ("" and "" when the engine's `message` could
+    not be located in the schema)."""
+    where_text = f" at {where or '/'}" if keyword else ""
+    return UnsupportedSchemaFeature(f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where)
 
 
 def _compile(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits | None) -> CompiledGrammar:
@@ -314,11 +270,7 @@ def _compile(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits
             )
             hint = " under strict mode (strict=False allows undeclared properties)" if closed else ""
             raise SchemaError(f"no JSON value satisfies the schema{hint}: {message}")
-        keyword, where = locate(spec.schema, message)[0]
-        where_text = f" at {where or '/'}" if keyword else ""
-        raise UnsupportedSchemaFeature(
-            f"cannot enforce {keyword or 'the schema'}{where_text}: {message}", keyword, where
-        )
+        raise _unsupported(*locate(spec.schema, message)[0], message)
     # The lexer is built lazily: the first mask is where most limits (lexer states, fuel, Earley
     # items) are hit. Computing it here turns that into a compile error, and every matcher copied
     # from the template starts with the work done.

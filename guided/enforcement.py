@@ -17,7 +17,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from guided.compiler import CompiledGrammar
-from guided.spec import JSON_KINDS, pointer, subschemas
+from guided.schema.pointer import pointer
+from guided.schema.walk import subschemas
+from guided.spec import JSON_KINDS
 
 GRAMMAR, ROLLBACK, NOT_ENFORCED = "grammar", "validate-and-rollback", "not enforced"
 # Keywords jsonschema checks inside another keyword's validator, and keywords that only hold others.

@@ -104,6 +104,12 @@ class GrammarMatcher:
         """Text the grammar forces from here (may end mid-token); does not change the state."""
         return self._m.compute_ff_bytes().decode("utf-8", errors="replace")
 
+    def captures(self) -> list[tuple[str, bytes]]:
+        """The grammar's captures so far, in order: (rule name, the exact bytes it matched), one per
+        completed `name[capture]` rule. A rollback does not remove them: read them from a matcher
+        fed only final tokens."""
+        return self._m.get_captures()
+
     def rollback(self, n: int) -> bool:
         """Undo the last `n` accepted tokens (any number up to all of them, the final EOS first).
         False, with the state unchanged, if n is more than were accepted or the matcher is in an

@@ -22,8 +22,10 @@ from guided.errors import GrammarError
 from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import get_tokenizer_info
+from guided.toolcalls import CallTracker, ToolCall
+from guided.tools import ToolConstraint, tool_constraint
 from guided.validation import check_json
-from runtime.generate import Delta, GenerationResult
+from runtime.sequence import Delta, GenerationResult
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
 from runtime.sampling import SamplingParams
 from runtime.speculative import make_drafter
@@ -54,6 +56,8 @@ class GuidedResult(GenerationResult):
     compile_seconds: float = 0.0
     reasoning: str | None = None
     parsed: Any = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    content: str | None = None
 
 
 class ConstrainedSession:
@@ -63,7 +67,12 @@ class ConstrainedSession:
     json_object: True for any JSON object;
     regex: a regular expression for the whole output;
     choices: a list of strings, the output is one of them;
-    grammar: Lark (also with llama.cpp's `%llguidance {}` line) or GBNF text, or a .lark/.gbnf path.
+    grammar: Lark (also with llama.cpp's `%llguidance {}` line) or GBNF text, or a .lark/.gbnf path;
+    tools: functions the model may call (see `guided.tools`: OpenAI or Responses function
+        definitions, pydantic model classes, typed Python functions), with tool_choice ("auto",
+        "required", "none" or {"type": "function", "function": {"name": ...}}),
+        parallel_tool_calls (True) and tool_format (None: detected from the chat template, else
+        "hermes", "llama3" or "generic"). The result has `tool_calls` and `content`.
 
     Options: any_whitespace (False), strict (True), lenient (False): see `guided.spec`.
     jump_forward (True): append grammar-forced tokens without sampling.
@@ -96,6 +105,10 @@ class ConstrainedSession:
         regex: str | None = None,
         choices=None,
         grammar: str | None = None,
+        tools: list | None = None,
+        tool_choice=None,
+        parallel_tool_calls: bool = True,
+        tool_format: str | None = None,
         any_whitespace: bool = False,
         strict: bool = True,
         lenient: bool = False,
@@ -109,6 +122,16 @@ class ConstrainedSession:
         cache: GrammarCache | None = None,
     ):
         self.model = model
+        self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
+        self.tools: ToolConstraint | None = None
+        if tools is not None:
+            if any(x is not None and x is not False for x in (schema, json_object, regex, choices, grammar)):
+                raise ValueError("give tools or one of schema / json_object / regex / choices / grammar, not both")
+            ll_tokenizer = self.tokenizer_info.ll_tokenizer
+            self.tools = tool_constraint(
+                tools, tool_choice, parallel_tool_calls, tool_format, model.tokenizer.hf, ll_tokenizer
+            )
+            grammar = self.tools.grammar
         self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
         self.spec = make_spec(
             schema=schema,
@@ -120,7 +143,6 @@ class ConstrainedSession:
             strict=strict,
             lenient=lenient,
         )
-        self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
         self.compiled = (cache or default_cache).get(self.spec, self.tokenizer_info)
         self.jump_forward = jump_forward
         if isinstance(speculative, str):
@@ -194,7 +216,27 @@ class ConstrainedSession:
             max_draft=self.max_draft,
             reasoning=reasoning,
             max_retries=self.max_retries,
+            tracker=self.tracker(),
         )
+
+    def tracker(self) -> CallTracker | None:
+        """A fresh `CallTracker` for one generation under `tools=` (None otherwise)."""
+        if self.tools is None:
+            return None
+        decode = self.tokenizer_info.ll_tokenizer.decode_bytes
+        return CallTracker(
+            self.compiled.matcher(), lambda t: decode([t]), self.tools.fmt, self.tools.mode, self.tools.markers
+        )
+
+    def tool_prompt(self, prompt):
+        """`prompt` with the generic format's system message (the tools and the JSON envelope), for
+        chat messages under `tools=` with the generic format; else `prompt` unchanged."""
+        system = self.tools.system_prompt if self.tools is not None else None
+        if system is None or not isinstance(prompt, list) or not prompt or not isinstance(prompt[0], dict):
+            return prompt
+        if prompt[0].get("role") == "system":
+            return [{**prompt[0], "content": f"{prompt[0].get('content') or ''}\n\n{system}".strip()}, *prompt[1:]]
+        return [{"role": "system", "content": system}, *prompt]
 
     def stream(
         self, prompt, *, max_tokens: int = 256, sampling: SamplingParams | None = None, **kwargs
@@ -214,6 +256,9 @@ class ConstrainedSession:
         sampling = sampling or SamplingParams(**fields)
         kwargs.setdefault("speculative", self.speculative)
         template = {k: kwargs.pop(k) for k in ("chat_template", "tools", "chat_template_kwargs") if k in kwargs}
+        if self.tools is not None:
+            template.setdefault("tools", self.tools.template_tools)
+            prompt = self.tool_prompt(prompt)
         ids = self.model.prompt_ids(prompt, **template)
         plan = self.plan(ids, template.get("chat_template_kwargs"))
         strategy = self.strategy(sampling, kwargs.get("logprobs", False), plan)
@@ -267,6 +312,12 @@ class ConstrainedSession:
                 errors += self.check(result.text)
         except Exception as exc:  # noqa: BLE001 - an output that cannot be checked is not valid
             errors.append(f"the final check failed: {type(exc).__name__}: {exc}")
+        calls, content = [], None
+        if self.tools is not None:
+            calls, content = self._tool_reply(result, strategy, reasoning is not None)
+            if complete:
+                schemas = {t.name: t.parameters for t in self.tools.tools}
+                errors += [f"{c.name}: {e}" for c in calls for e in check_json(c.arguments, schemas[c.name])[1]]
         parsed = None
         if self.model_class is not None and complete and not errors:
             try:
@@ -287,7 +338,22 @@ class ConstrainedSession:
             compile_seconds=self.compiled.compile_seconds,
             reasoning=reasoning,
             parsed=parsed,
+            tool_calls=calls,
+            content=content,
         )
+
+    def _tool_reply(self, result: GenerationResult, strategy, reasoned: bool) -> tuple[list[ToolCall], str | None]:
+        """The calls and the text answer of a tools generation (`result.text` is the answer)."""
+        tracker = strategy.tracker
+        kept = len(result.token_ids) - (tracker.start or 0) if tracker.start is not None else 0
+        calls, response = tracker.result(kept)
+        if response is not None:  # the generic envelope's text answer
+            return calls, response
+        content = "".join(text for label, text in result.parts if label is None)
+        if reasoned:
+            content = strategy.gate.plan.split(content)[1]
+        content = content.strip() if calls else content
+        return calls, content or None
 
     # -- low-level calls, for a decoding loop of one's own ------------------------------------------
 

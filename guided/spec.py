@@ -5,8 +5,8 @@ Options (the same for every input kind that uses them):
 
 - `any_whitespace=False`: JSON is compact (`{"a":1,"b":[2,3]}`: separators "," and ":", no other
   whitespace), so a model cannot pad its output with runaway newlines. True allows any JSON
-  whitespace between tokens (llguidance's `whitespace_flexible`), in bounded runs: at most 2 line
-  breaks then at most 64 spaces/tabs (`WHITESPACE_PATTERN`).
+  whitespace between tokens (llguidance's `whitespace_flexible`) in any order, in bounded runs: at
+  most 2 line breaks and at most 64 spaces/tabs before, between and after them (`WHITESPACE_PATTERN`).
 - `strict=True`: like OpenAI's strict mode, an object schema that declares `properties` and says
   nothing about other keys (no `additionalProperties`, `patternProperties` or
   `unevaluatedProperties`) gets `additionalProperties: false`: the output has only declared keys.
@@ -27,41 +27,19 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema_rs
 from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
-from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from guided.errors import GrammarError, SchemaError
+from guided.schema.checks import check_depth, check_finite, check_metaschema, check_property_patterns
+from guided.schema.numbers import engine_numbers
+from guided.schema.pointer import pointer
+from guided.schema.rewrite import close_objects, exact_formats
 
 JSON_KINDS = ("json_schema", "json_object")
-
-# Keywords whose value is one subschema / a list of subschemas / a map of name -> subschema (draft 7 and
-# 2020-12 applicators). Used to walk a schema: strict mode and error pointers.
-SUBSCHEMA = (
-    "additionalProperties",
-    "items",
-    "additionalItems",
-    "contains",
-    "not",
-    "if",
-    "then",
-    "else",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-)
-SUBSCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")  # "items" as a list: draft 4-7 tuples
-SUBSCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
-
-# The deepest nesting of JSON objects/arrays a schema document may have. llguidance parses the schema
-# and the grammar built around it with serde_json, whose recursion limit is 128 levels; our rewrites
-# (exact formats: +2) and llguidance's wrapping (+3) need the rest. Also keeps Python's own recursion
-# (json.dumps, the subschema walks) far from its limit.
-MAX_SCHEMA_DEPTH = 120
 
 
 @dataclass(frozen=True)
@@ -84,46 +62,28 @@ class GrammarSpec:
     def lenient(self) -> bool:
         return bool(self.options.get("lenient"))
 
+    @property
+    def validated(self) -> tuple[str, ...]:
+        """JSON pointers (into `schema`) of the numeric keywords `grammar` widens or leaves out because
+        the engine would judge them inexactly (`guided.schema.numbers.engine_numbers`); the decoder
+        enforces them by validate-and-rollback. A function of `schema` alone, so a spec read back
+        from the grammar journal has them too."""
+        if self.kind not in JSON_KINDS or not isinstance(self.schema, dict):
+            return ()
+        return tuple(pointer(p) for p in engine_numbers(self.schema)[1])
 
-def pointer(path) -> str:
-    """JSON pointer (RFC 6901) of a path of keys and indexes: ("a/b", 0) -> "/a~1b/0"."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    def as_lenient(self) -> GrammarSpec:
+        """The same JSON Schema with the same whitespace and strict options, compiled in the engine's
+        lenient mode (keywords it cannot express are left out: a superset). `self` if already lenient.
 
-
-def subschemas(schema, path=()):
-    """Yield (path, subschema) for `schema` and every schema nested in it through applicator keywords."""
-    yield path, schema
-    if not isinstance(schema, dict):
-        return
-    for key, value in schema.items():
-        if key in SUBSCHEMA and isinstance(value, (dict, bool)):
-            yield from subschemas(value, path + (key,))
-        elif key in SUBSCHEMA_LIST and isinstance(value, list):
-            for i, item in enumerate(value):
-                yield from subschemas(item, path + (key, i))
-        elif key in SUBSCHEMA_MAP and isinstance(value, dict):
-            for name, item in value.items():
-                if isinstance(item, (dict, bool)):  # "dependencies" also maps names to lists of names
-                    yield from subschemas(item, path + (key, name))
-
-
-def check_depth(schema) -> None:
-    """Raise SchemaError (with the pointer of the first location too deep) when the schema document
-    nests objects/arrays more than `MAX_SCHEMA_DEPTH` levels. Iterative: any depth is safe."""
-    stack = [(schema, ())]
-    while stack:
-        node, path = stack.pop()
-        if not isinstance(node, (dict, list)):
-            continue
-        if len(path) >= MAX_SCHEMA_DEPTH:
-            where = pointer(path)
-            raise SchemaError(
-                f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels of JSON objects and arrays "
-                f"(at {where}); the engine's limit is {MAX_SCHEMA_DEPTH}",
-                where,
-            )
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        stack += [(value, path + (key,)) for key, value in items]
+        Raises ValueError for a non-JSON kind (a regex or grammar has no lenient form)."""
+        if self.kind not in JSON_KINDS:
+            raise ValueError(f"a {self.kind} grammar has no lenient form")
+        if self.lenient:
+            return self
+        any_whitespace = bool(self.options.get("any_whitespace"))
+        strict = bool(self.options.get("strict", True))
+        return json_spec(json.dumps(self.schema, ensure_ascii=False), self.kind, any_whitespace, strict, True)
 
 
 def _is_json_text(text: str) -> bool:
@@ -169,180 +129,13 @@ def _parses(text: str) -> bool:
     return True
 
 
-_BUNDLED_METASCHEMAS = {
-    "",
-    "http://json-schema.org/draft-04/schema",
-    "http://json-schema.org/draft-06/schema",
-    "http://json-schema.org/draft-07/schema",
-    "https://json-schema.org/draft/2019-09/schema",
-    "https://json-schema.org/draft/2020-12/schema",
-}
-
-
-def check_metaschema(schema) -> None:
-    """Validate `schema` against its metaschema (`$schema`, default draft 2020-12).
-
-    Raises SchemaError with the JSON pointer of the offending location in the schema (also for a
-    schema nested deeper than `MAX_SCHEMA_DEPTH`).
-    """
-    if not isinstance(schema, (dict, bool)):
-        raise SchemaError(f"a schema must be a JSON object or boolean, not {type(schema).__name__}")
-    check_depth(schema)
-    # jsonschema-rs checks in microseconds what jsonschema takes up to hundreds of milliseconds for
-    # (most of a cold compile); jsonschema then explains an invalid schema. Only for the drafts
-    # jsonschema-rs bundles: any other `$schema` it would try to fetch over the network.
-    if not isinstance(schema, dict) or schema.get("$schema", "").rstrip("#") in _BUNDLED_METASCHEMAS:
-        if jsonschema_rs.meta.is_valid(schema):
-            return
-    import jsonschema  # here: its format checkers take seconds to import (rfc3987_syntax builds Lark parsers)
-
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
-    if error is not None:
-        where = pointer(error.absolute_path)
-        raise SchemaError(f"invalid schema at {where or '/'}: {error.message}", where)
-
-
-def resolve_local_ref(root, ref) -> tuple[tuple, Any] | None:
-    """(schema path, subschema) a local `$ref` ("#", "#/$defs/a~1b", "#/allOf/0") points to in
-    `root`; None for any other ref or a pointer to nothing."""
-    if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
-        return None
-    node, path = root, ()
-    for part in ref[2:].split("/") if ref != "#" else ():
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            part = int(part)
-        elif not isinstance(node, dict) or part not in node:
-            return None
-        node, path = node[part], path + (part,)
-    return path, node
-
-
-def _ref_node(root, node):
-    """The subschema a subschema's local `$ref` points to, or None."""
-    target = resolve_local_ref(root, node.get("$ref"))
-    return target and target[1]
-
-
-def _intersected(root) -> set[int]:
-    """ids of the subschemas that take part in an intersection: `allOf` members, `anyOf`/`oneOf`
-    members beside `properties` (the engine intersects each with its parent), and everything applied
-    at the same instance location below them (anyOf/oneOf/allOf members, then/else, local `$ref` targets)."""
-    stack = []
-    for _, sub in subschemas(root):
-        if isinstance(sub, dict):
-            for key in ("allOf", "anyOf", "oneOf") if "properties" in sub else ("allOf",):
-                stack += sub[key] if isinstance(sub.get(key), list) else []
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, dict) or id(node) in seen:
-            continue
-        seen.add(id(node))
-        for key in ("allOf", "anyOf", "oneOf"):
-            stack += node.get(key, []) if isinstance(node.get(key), list) else []
-        stack += [node.get("then"), node.get("else"), _ref_node(root, node)]
-    return seen
-
-
-def _under_exclusion(root) -> set[int]:
-    """ids of the subschemas inside `oneOf` members, `not` and `if` (also through local `$ref`s).
-    There a narrower subschema can make an instance valid that the schema as given rejects: closing
-    one oneOf branch can make overlapping branches look exclusive; closing inside `not` widens it."""
-    stack = []
-    for _, sub in subschemas(root):
-        if isinstance(sub, dict):
-            stack += sub["oneOf"] if isinstance(sub.get("oneOf"), list) else []
-            stack += [sub.get("not"), sub.get("if")]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, dict) or id(node) in seen:
-            continue
-        for _, sub in subschemas(node):
-            if isinstance(sub, dict) and id(sub) not in seen:
-                seen.add(id(sub))
-                stack.append(_ref_node(root, sub))
-    return seen
-
-
-def close_objects(schema):
-    """Strict mode: a copy of `schema` where object schemas with `properties` and no say on other keys
-    get `additionalProperties: false`. Left open (closing would forbid keys that another part of the
-    schema allows, or make a required key impossible): parts of an intersection (`_intersected`),
-    subschemas under oneOf/not/if (`_under_exclusion`),
-    schemas with allOf/anyOf/oneOf or a `$ref` beside their `properties`, and objects whose
-    `required` names a key they do not declare."""
-    schema = json.loads(json.dumps(schema))  # deep copy that keeps key order
-    intersected = _intersected(schema)
-    exclusive = _under_exclusion(schema)
-    for _, sub in subschemas(schema):
-        if not isinstance(sub, dict) or not isinstance(sub.get("properties"), dict) or id(sub) in intersected:
-            continue
-        if id(sub) in exclusive:
-            continue
-        if any(
-            k in sub
-            for k in (
-                "allOf",
-                "anyOf",
-                "oneOf",
-                "$ref",
-                "additionalProperties",
-                "patternProperties",
-                "unevaluatedProperties",
-            )
-        ):
-            continue
-        required = sub.get("required")
-        if isinstance(required, list) and set(required) - set(sub["properties"]):
-            continue
-        sub["additionalProperties"] = False
-    return schema
-
-
-# Formats whose llguidance regex admits strings `jsonschema` rejects (February 29 of any year, year 0000,
-# second 60 at any minute, "--" in label positions 3-4, over 253 characters): replaced by patterns with
-# exactly the final check's rules (rfc3339-validator, date.fromisoformat, fqdn), where an RFC's leap
-# second is refused as they refuse it. Hostnames are plain LDH labels: A-labels ("xn--") are valid only
-# if they decode, which no regex checks, so they are never generated.
-_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # 0001-9999
-_LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-_DATE = (
-    f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
-    f"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP_YEAR}-02-29)"
-)
-_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-_LABEL = (
-    "(?:[A-Za-z0-9](?:[A-Za-z0-9]|[A-Za-z0-9-]{2}[A-Za-z0-9]"
-    "|[A-Za-z0-9-](?:[A-Za-z0-9][A-Za-z0-9-]|-[A-Za-z0-9])[A-Za-z0-9-]{0,58}[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9])?)"
-)
-EXACT_FORMATS = {
-    "date": {"pattern": f"^{_DATE}$"},
-    "time": {"pattern": f"^{_TIME}$"},
-    "date-time": {"pattern": f"^{_DATE}[Tt]{_TIME}$"},
-    "hostname": {"pattern": f"^{_LABEL}(?:\\.{_LABEL})*$", "maxLength": 253},
-}
-
-
-def exact_formats(schema):
-    """A copy of `schema` where `format` keywords listed in `EXACT_FORMATS` become an `allOf` member
-    with the exact pattern. Left alone under oneOf/not/if (`_under_exclusion`), where a narrower
-    hostname would widen what the enclosing schema admits; the final check covers those."""
-    schema = json.loads(json.dumps(schema))
-    exclusive = _under_exclusion(schema)
-    for _, sub in subschemas(schema):
-        if isinstance(sub, dict) and sub.get("format") in EXACT_FORMATS and id(sub) not in exclusive:
-            sub["allOf"] = [*sub.get("allOf", []), EXACT_FORMATS[sub.pop("format")]]
-    return schema
-
-
-# Whitespace between JSON tokens under `any_whitespace`: at most 2 line breaks, then at most 64 spaces
-# or tabs (indentation of 16 levels at indent 4). llama.cpp's JSON grammars bound it the same way
+# Whitespace between JSON tokens under `any_whitespace`: any order of space, tab, CR and LF (JSON's
+# `ws`), bounded: at most 2 line breaks (LF, CR, or CRLF counted as one) and at most 64 spaces/tabs
+# before, between and after them (indentation of 16 levels at indent 4, where the old bound was the
+# same but only for breaks first, then indentation). llama.cpp's JSON grammars bound it the same way
 # (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar); JSON's own rule is unbounded,
-# which lets a model spend its whole budget on whitespace.
-WHITESPACE_PATTERN = r"(?:\r?\n){0,2}[ \t]{0,64}"
+# which lets a model spend its whole budget on whitespace. Longest run: 3 * 64 + 2 * 2 = 196 characters.
+WHITESPACE_PATTERN = r"[ \t]{0,64}(?:(?:\r\n|\r|\n)[ \t]{0,64}){0,2}"
 
 
 def json_grammar(schema, any_whitespace: bool, lenient: bool) -> str:
@@ -386,119 +179,6 @@ def lark_text(grammar: str) -> str:
         raise GrammarError(f"invalid GBNF grammar: {exc}") from None
 
 
-def check_property_patterns(schema) -> None:
-    """Refuse a `patternProperties` name Python's `re` cannot read (ECMA 262's `\\p{L}` or
-    `(?<name>...)`): jsonschema, the final check, matches property names with `re` (also for
-    `additionalProperties`), so the output could not be checked. `pattern` values are checked with
-    the `regex` module instead (`guided.validation`). Raises UnsupportedSchemaFeature (keyword, pointer)."""
-    for path, sub in subschemas(schema):
-        names = sub.get("patternProperties") if isinstance(sub, dict) else None
-        for name in names if isinstance(names, dict) else ():
-            try:
-                re.compile(name)
-            except re.error as exc:
-                where = pointer(path + ("patternProperties", name))
-                raise UnsupportedSchemaFeature(
-                    f"cannot check patternProperties at {where}: Python's re, which the final check matches "
-                    f"property names with, cannot read {name!r} ({exc})",
-                    "patternProperties",
-                    where,
-                ) from None
-
-
-def _list(node: dict, key: str) -> list:
-    value = node.get(key)
-    return value if isinstance(value, list) else []
-
-
-def check_finite(schema) -> None:
-    """Refuse a schema that no finite JSON value satisfies because every value of it must hold
-    another value of a schema it is already inside: a required property, or a required array item,
-    that refers back through `$ref` (`{"type": "object", "properties": {"next": {"$ref": "#"}},
-    "required": ["next"]}`), and `{"not": {}}`. The engine compiles such a grammar, and decoding could
-    only fail. Sound, not complete: a smallest value never holds, on one path, two values of the same
-    subschema (the inner one could replace the outer one), so a cycle counts as no value; anything not
-    understood here counts as satisfiable. Raises SchemaError with the pointer of the keyword to blame."""
-    known: set[int] = set()  # ids of subschemas that have a finite value (sound whatever the path)
-    legacy = isinstance(schema, dict) and "draft-0" in str(schema.get("$schema", ""))
-    budget = [100_000]  # subschema visits; past it the schema is left to the engine
-
-    def finite(node, path: tuple, active: frozenset) -> tuple | None:
-        """None when `node` may have a finite value, else the schema path to blame (`false` is left to
-        the engine, which names it)."""
-        if not isinstance(node, dict) or id(node) in known:
-            return None
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise RecursionError("too many subschemas to follow")
-        blame = members(node, path, active | {id(node)})
-        if blame is None:
-            known.add(id(node))
-        return blame
-
-    def members(node: dict, path: tuple, active: frozenset) -> tuple | None:
-        if node.get("not") is True or node.get("not") == {}:
-            return path + ("not",)
-        target = resolve_local_ref(schema, node.get("$ref"))
-        if target is not None:
-            if id(target[1]) in active:  # a value of it inside a value of it: the cycle closes here
-                return path + ("$ref",)
-            if (blame := finite(target[1], target[0], active)) is not None:
-                return blame
-            if legacy:  # before draft 2019-09, keywords beside a $ref are ignored
-                return None
-        for i, sub in enumerate(_list(node, "allOf")):
-            if (blame := finite(sub, path + ("allOf", i), active)) is not None:
-                return blame
-        for key in ("anyOf", "oneOf"):
-            blames = [finite(sub, path + (key, i), active) for i, sub in enumerate(_list(node, key))]
-            if blames and all(b is not None for b in blames):
-                return blames[0]
-        types = node.get("type", [])
-        types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
-        blames = []
-        if "object" in types:
-            blames.append(required_properties(node, path, active))
-        if "array" in types:
-            blames.append(required_items(node, path, active))
-        # Without "type", or with a scalar type beside, a scalar value may satisfy it.
-        return blames[0] if blames and len(blames) == len(types) and all(b is not None for b in blames) else None
-
-    def required_properties(node: dict, path: tuple, active: frozenset) -> tuple | None:
-        properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
-        for name in _list(node, "required"):
-            blame = finite(properties[name], path + ("properties", name), active) if name in properties else None
-            if blame is not None:
-                return blame
-        return None
-
-    def required_items(node: dict, path: tuple, active: frozenset) -> tuple | None:
-        least = node.get("minItems", 0)
-        prefix_key = "prefixItems" if isinstance(node.get("prefixItems"), list) else "items"
-        prefix = _list(node, prefix_key)
-        for i, sub in enumerate(prefix[:least] if isinstance(least, int) else []):
-            if (blame := finite(sub, path + (prefix_key, i), active)) is not None:
-                return blame
-        rest = node.get("items") if prefix_key == "prefixItems" or not prefix else node.get("additionalItems")
-        if isinstance(least, int) and least > len(prefix) and isinstance(rest, (dict, bool)):
-            return finite(rest, path + ("items" if rest is node.get("items") else "additionalItems",), active)
-        return None
-
-    try:
-        blame = finite(schema, (), frozenset())
-    except RecursionError:  # too long a chain of references, or too many: left to the engine
-        return
-    if blame is not None:
-        where = pointer(blame)
-        reason = (
-            f"`not` at {where} excludes every value"
-            if blame[-1] == "not"
-            else f"it refers to itself through the $ref at {where} without ever reaching a value (every value "
-            "would need another value of that schema inside it)"
-        )
-        raise SchemaError(f"no finite JSON value satisfies the schema: {reason}", where)
-
-
 @functools.lru_cache(maxsize=256)
 def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient: bool) -> GrammarSpec:
     """The `GrammarSpec` of a schema given as canonical JSON text, memoized: the metaschema check and
@@ -511,10 +191,12 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     if schema is False:
         raise SchemaError("the schema `false` accepts no value")
     check_finite(schema)
-    compiled = close_objects(schema) if strict and isinstance(schema, dict) else schema
-    compiled = exact_formats(compiled) if isinstance(compiled, dict) else compiled
-    if compiled is True:  # llguidance applies options only to object schemas; {} means the same as true
+    if schema is True:  # llguidance applies options only to object schemas; {} means the same as true
         compiled = {}
+    else:
+        compiled = engine_numbers(schema)[0]
+        compiled = close_objects(compiled) if strict else compiled
+        compiled = exact_formats(compiled)
     options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
     return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
 

@@ -38,6 +38,7 @@ from guided.bitmask import TokenBitmask
 from guided.compiler import CompiledGrammar
 from guided.reasoning import ReasoningGate
 from guided.rollback import RollbackPlanner
+from guided.toolcalls import CallTracker
 from runtime.reasoning import ReasoningPlan
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.strategy import Step
@@ -72,6 +73,8 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
     reasoning: the generation's `runtime.reasoning.ReasoningPlan` (a thinking model reasons before
         the constrained answer), or None.
     max_retries: validate-and-rollback retries allowed per generation (schemas with `compiled.checks`).
+    tracker: a `guided.toolcalls.CallTracker` for a tools constraint: it labels the answer tokens
+        (`Step.channels`, `Step.hold`) and keeps the calls; None otherwise.
     Raises ValueError when the bitmask's width is not the grammar's.
     """
 
@@ -85,6 +88,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         max_draft: int = 32,
         reasoning: ReasoningPlan | None = None,
         max_retries: int = 8,
+        tracker: CallTracker | None = None,
     ):
         info = compiled.tokenizer
         bitmask = bitmask or TokenBitmask(info.vocab_size, batch=max_draft + 1)
@@ -98,6 +102,8 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         self.stats = GuidedStats()
         self._filled = False  # the bitmask rows of the coming step are filled
         self.gate = ReasoningGate(reasoning, info.vocab_size, set(info.eos_ids) | info.padding_ids)
+        self.tracker = tracker
+        self.outside = 0  # output tokens before the answer (the reasoning block)
         self.planner = None
         if compiled.checks is not None:
             self.planner = RollbackPlanner(compiled.checks.checker(), self.matcher, info, max_retries, self.stats)
@@ -154,6 +160,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
     def advance(self, accepted: list[int], token: int) -> Step:
         if not self.gate.answering and (gated := self.gate.advance(accepted, token)) is not None:
             self.stats.reasoning_tokens = self.gate.tokens
+            self.outside += len(gated.tokens) + len(gated.forced)
             if not gated.answer:
                 return Step(tokens=gated.tokens, verified=len(accepted))
             tokens = gated.tokens + gated.forced
@@ -178,13 +185,27 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         return self._validate(step, first)
 
     def _validate(self, step: Step, first: int) -> Step:
-        """Validate-and-rollback of the answer tokens of `step` from index `first` (see `guided.rollback`)."""
+        """Validate-and-rollback of the answer tokens of `step` from index `first` (see `guided.rollback`);
+        the tracker's labels of them."""
+        if self.tracker is not None:
+            self._label(step, first)
         if self.planner is None:
             return step
         step = self.planner.validate(step, first)
         if step.rollback:  # the planner moved the matcher; history and drafter context follow
             SamplingStrategy.rollback(self, step.rollback)
         return step
+
+    def _label(self, step: Step, first: int) -> None:
+        """Label the step's answer tokens (`first` on) and the held ones before them (tools)."""
+        tracker = self.tracker
+        if tracker.start is None:
+            tracker.start = self.outside
+        answer = [t for t in step.tokens[first:] if t not in self.matcher.eos_ids]
+        labels = tracker.feed(answer)
+        step.channels = labels[: len(labels) - len(answer)] + [None] * first + labels[len(labels) - len(answer) :]
+        step.channels += [None] * (len(step.tokens) - first - len(answer))  # the final EOS (not appended)
+        step.hold = tracker.hold
 
     def _finish(self) -> Step:
         if self.matcher.error:

@@ -1,5 +1,6 @@
 """The final check of JSON output: parse it and validate it against the schema with `jsonschema`,
-format assertions on, with each draft's own format functions and a stricter `hostname`."""
+format assertions on, with each draft's own format functions and a stricter `hostname`, numbers
+judged as exact decimals (`guided.schema.numbers`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import idna
 import regex
 
-from guided.spec import pointer
+from guided.schema.numbers import EXACT_KEYWORDS, EXACT_LEGACY_KEYWORDS, is_exact_integer, loads_exact
+from guided.schema.pointer import pointer
 
 if TYPE_CHECKING:
     import jsonschema
@@ -65,28 +67,38 @@ def _no_trailing_separator(instance) -> bool:
 
 def check_json(text: str, schema) -> tuple[Any, list[str]]:
     """(parsed value or None, errors): `text` parsed as JSON and validated against `schema` with
-    `jsonschema` (format assertions on). Errors are "<JSON pointer>: <message>"."""
+    `jsonschema` (format assertions on; numbers as the exact decimals of the text). Errors are
+    "<JSON pointer>: <message>"."""
     try:
-        value = json.loads(text)
+        exact = loads_exact(text)
     except json.JSONDecodeError as exc:
         return None, [f"not JSON: {exc}"]
-    errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator_for(schema).iter_errors(value)]
-    return value, errors
+    errors = [f"{pointer(e.absolute_path) or '/'}: {e.message}" for e in validator_for(schema).iter_errors(exact)]
+    return json.loads(text), errors  # plain floats for the caller
 
 
 def validator_class(schema) -> type:
     """The `jsonschema` validator class of `schema`'s draft (2020-12 when it names none), reading
-    `pattern` as ECMA 262 does (`_pattern`)."""
+    `pattern` as ECMA 262 does (`_pattern`) and numbers as exact decimals (`_exact_numbers`)."""
     import jsonschema
 
-    return _ecma_patterns(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
+    return _extended(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
 
 
 @functools.lru_cache(maxsize=None)
-def _ecma_patterns(cls) -> type:
+def _extended(cls) -> type:
+    """`cls` with ECMA 262 patterns and exact numbers: `multipleOf` and the bounds compare decimals
+    (`guided.schema.numbers`), and from draft 6 on (where 1.0 is an integer) "integer" means an
+    exact value with no fractional part (the float 1.0 of "1.0000000000000001" is not one)."""
     import jsonschema
 
-    return jsonschema.validators.extend(cls, {"pattern": _pattern})
+    legacy = "exclusiveMinimum" not in cls.VALIDATORS  # drafts 3 and 4: booleans read by minimum/maximum
+    numbers = EXACT_LEGACY_KEYWORDS if legacy else EXACT_KEYWORDS
+    keywords = {"pattern": _pattern} | {k: f for k, f in numbers.items() if k in cls.VALIDATORS}
+    type_checker = cls.TYPE_CHECKER
+    if type_checker.is_type(1.0, "integer"):
+        type_checker = type_checker.redefine("integer", lambda checker, instance: is_exact_integer(instance))
+    return jsonschema.validators.extend(cls, keywords, type_checker=type_checker)
 
 
 @functools.lru_cache(maxsize=1024)

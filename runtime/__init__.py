@@ -8,7 +8,8 @@ from runtime.blas import setup_blas
 setup_blas()
 
 from runtime.errors import ModelNotFound  # noqa: E402
-from runtime.generate import Delta, GenerationResult, Timings, Usage, stream_tokens  # noqa: E402
+from runtime.generate import stream_tokens  # noqa: E402
+from runtime.sequence import Delta, GenerationResult, Timings, Usage  # noqa: E402
 from runtime.model import Model, load_model  # noqa: E402
 from runtime.prompt_cache import PromptCache  # noqa: E402
 from runtime.sampling import SamplingParams, SamplingStrategy, TokenHistory, TokenSampler  # noqa: E402

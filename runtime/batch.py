@@ -44,7 +44,9 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, LRUPromptCache, make_prompt_cache, trim_prompt_cache
 
-from runtime.generate import Delta, Sequence, default_prefill_step
+from runtime.generate import default_prefill_step
+from runtime.sampling import check_max_tokens
+from runtime.sequence import Delta, Sequence
 from runtime.strategy import DecodingStrategy, Drafter
 
 _MODEL_KEY = "model"  # LRUPromptCache keys entries by model; one batch serves one model
@@ -138,8 +140,7 @@ class BatchGenerator:
         an empty prompt or max_tokens < 1."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        check_max_tokens(max_tokens)
         start = time.perf_counter()
         cache, reused = None, 0
         if self.prompt_cache is not None:

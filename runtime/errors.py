@@ -12,3 +12,12 @@ class ModelNotFound(CoreAIError, LookupError):
 
     The message names what was asked for and, for registry names, the known names.
     """
+
+
+class ParameterError(ValueError):
+    """A setting out of its range. `param`: its name ("temperature", "max_tokens", ...), which the
+    message starts with, so the server can name the request field and the CLI its flag."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param

@@ -14,7 +14,8 @@ import numpy as np
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from runtime.errors import ModelNotFound
-from runtime.generate import Delta, GenerationResult, stream_tokens
+from runtime.generate import stream_tokens
+from runtime.sequence import Delta, GenerationResult
 from runtime.prompt_cache import PromptCache
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.speculative import make_drafter
@@ -121,12 +122,7 @@ class Model:
         if sampling is not None and sampling_fields:
             raise ValueError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
         sampling = sampling or SamplingParams(**sampling_fields)
-        if sampling.logit_bias and max(sampling.logit_bias) >= self.vocab_size:
-            raise ValueError(
-                f"logit_bias names token {max(sampling.logit_bias)}; the model has {self.vocab_size} tokens"
-            )
-        if max_tokens < 1:  # before the prompt is rendered; stream_tokens checks the rest
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        sampling.check_token_ids(self.vocab_size)
         drafter = make_drafter(speculative, self)
         ids = self.prompt_ids(
             prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs

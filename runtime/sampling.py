@@ -29,6 +29,7 @@ same tokens per seed. At temperature 0 the draw is the argmax.
 from __future__ import annotations
 
 import math
+import numbers
 import secrets
 import time
 from dataclasses import dataclass
@@ -37,12 +38,26 @@ import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
 
 from runtime.draft_cost import DraftCostModel
+from runtime.errors import ParameterError
 from runtime.strategy import Drafter, Step
+
+
+def check_max_tokens(max_tokens: int, limit: int | None = None, param: str = "max_tokens") -> int:
+    """`max_tokens` (a completion budget in tokens) if it is an integer in [1, limit] (no upper
+    bound when `limit` is None); the one check of it, beside `SamplingParams`' of the sampling
+    ranges. Raises ParameterError naming `param` (the caller's name of the field)."""
+    # bool is an Integral: True is a mistake, not 1; numpy's integers are fine
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
+        raise ParameterError(f"{param} must be an integer >= 1, got {max_tokens!r}", param)
+    if limit is not None and max_tokens > limit:
+        raise ParameterError(f"{param} must be <= {limit}, got {max_tokens}", param)
+    return int(max_tokens)
 
 
 @dataclass
 class SamplingParams:
-    """Sampling settings, checked on construction: ValueError names the parameter and its allowed range."""
+    """Sampling settings, checked on construction: `ParameterError` (a ValueError) names the parameter
+    (its `param`) and its allowed range."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -71,16 +86,24 @@ class SamplingParams:
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
         )
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**64):
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
+            raise ParameterError(f"seed must be an integer in [0, 2**64), got {self.seed!r}", "seed")
         for name, ok, allowed in checks:
             if not ok:
-                raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
+                raise ParameterError(f"{name} must be {allowed}, got {getattr(self, name)!r}", name)
         for token, bias in (self.logit_bias or {}).items():
             ok = type(token) is int and type(bias) in (int, float) and token >= 0 and -100 <= bias <= 100
             if not ok:  # bool is an int: {True: 5} is a mistake, not token 1
-                raise ValueError(
-                    f"logit_bias must map token ids >= 0 to values in [-100, 100], got {token!r}: {bias!r}"
+                raise ParameterError(
+                    f"logit_bias must map token ids >= 0 to values in [-100, 100], got {token!r}: {bias!r}",
+                    "logit_bias",
                 )
+
+    def check_token_ids(self, vocab_size: int) -> None:
+        """Raises ParameterError when `logit_bias` names a token id >= `vocab_size` (a model's logit width)."""
+        if self.logit_bias and max(self.logit_bias) >= vocab_size:
+            raise ParameterError(
+                f"logit_bias names token {max(self.logit_bias)}; the model has {vocab_size} tokens", "logit_bias"
+            )
 
     def make_logits_processors(self):
         """mlx-lm logits processors `(tokens mx.array [n], logits [1, vocab]) -> logits`."""

@@ -43,6 +43,10 @@ class Step:
         mx.array [sampled, vocab] float32.
     hold: how many trailing tokens of the output (after this step) the strategy may still roll back:
         the loop does not stream their text yet.
+    channels: labels of the last `len(channels)` output tokens after this step: this step's
+        `tokens` and, before them, earlier tokens still held back (`hold`), which a strategy may
+        relabel (None: this step's tokens are unlabelled). The loop reports each token's text under
+        its label (`Delta.parts`), e.g. the tool-call segments of a constrained output.
 
     A step with no tokens and no finish (after a rollback) makes the loop score the last kept token
     again, so the next step has logits to sample from.
@@ -57,6 +61,7 @@ class Step:
     forced: int = 0
     logprobs: mx.array | None = None
     hold: int = 0
+    channels: list[str | None] | None = None
 
 
 @runtime_checkable

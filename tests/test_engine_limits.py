@@ -8,7 +8,7 @@ import pytest
 
 from coreai import ConstrainedSession
 from guided import GrammarError, SchemaError, UnsupportedSchemaFeature, compile_grammar, get_tokenizer_info, make_spec
-from guided.spec import MAX_SCHEMA_DEPTH
+from guided.schema.checks import MAX_SCHEMA_DEPTH
 
 
 def nested_objects(levels: int) -> dict:
@@ -26,8 +26,8 @@ def nested_arrays(levels: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def info(qwen_tokenizer):
-    return get_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids)
+def info(tiny_model):
+    return get_tokenizer_info(tiny_model.tokenizer.hf, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
 
 
 def compile_(info, **spec):
@@ -50,9 +50,9 @@ def test_schema_depth_limit(info):
         assert e.value.pointer.count("/") == deep  # the first location past the limit
 
 
-def test_schema_depth_limit_in_a_session(qwen_model):
+def test_schema_depth_limit_in_a_session(tiny_model):
     with pytest.raises(SchemaError, match="nests deeper"):
-        ConstrainedSession(qwen_model, schema=nested_objects(64))
+        ConstrainedSession(tiny_model, schema=nested_objects(64))
 
 
 @pytest.mark.parametrize(

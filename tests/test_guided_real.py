@@ -57,6 +57,11 @@ def gemma_info(gemma_tokenizer):
     return get_tokenizer_info(gemma_tokenizer.hf, GEMMA_LOGITS, gemma_tokenizer.eos_ids)
 
 
+@pytest.fixture(scope="module")
+def tiny_info(tiny_model):
+    return get_tokenizer_info(tiny_model.tokenizer.hf, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
+
+
 def mask_of(matcher) -> np.ndarray:
     buf = np.zeros((1, matcher.words), np.int32)
     matcher.fill_next_token_bitmask(buf)
@@ -74,7 +79,19 @@ def test_qwen_padding_never_allowed(qwen_info, qwen_tokenizer):
         assert not mask[sorted(qwen_info.eos_ids)].any() or m.is_accepting()
 
 
-@pytest.mark.parametrize("which", ["qwen", "gemma"])
+def test_tiny_padding_never_allowed(tiny_info, tiny_model):
+    """The tiny network's logit width exceeds its tokenizer, as Qwen's: the ids past the vocabulary
+    are padding, never allowed by any grammar."""
+    pad = set(range(len(tiny_model.tokenizer), tiny_model.vocab_size))
+    assert pad and tiny_info.padding_ids >= pad
+    for regex in (r"[\[\]A-Z0-9]+", r"[\s\S]*"):
+        mask = mask_of(compile_grammar(make_spec(regex=regex), tiny_info).matcher())
+        assert mask.sum() > 40 and not mask[sorted(pad)].any()
+
+
+@pytest.mark.parametrize(
+    "which", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"]
+)
 def test_real_tokenizer_accepts_cjk_emoji_numbers_escapes(which, request):
     tok = request.getfixturevalue(f"{which}_tokenizer")
     info = request.getfixturevalue(f"{which}_info")
@@ -125,7 +142,7 @@ def test_random_logits_at_qwen_width(qwen_info, qwen_tokenizer, dtype):
         assert not errors, (text, errors)
 
 
-# -- the session on a tiny random network with the real Qwen tokenizer ---------------------------------
+# -- the session on a tiny random network with the tiny tokenizer ----------------------------------------
 
 TINY_SCHEMA = {
     "type": "object",
@@ -202,8 +219,8 @@ def test_a_final_check_that_raises_makes_the_output_invalid(tiny_model):
 def test_session_low_level_calls(tiny_model):
     session = ConstrainedSession(tiny_model, regex="ab[0-9]+")
     mask = session.next_token_bitmask()
-    assert mask.dtype == mx.int32 and mask.shape == (1, (QWEN_LOGITS + 31) // 32)
-    logits = session.apply_mask(mx.zeros((1, QWEN_LOGITS), dtype=mx.bfloat16))
+    assert mask.dtype == mx.int32 and mask.shape == (1, (tiny_model.vocab_size + 31) // 32)
+    logits = session.apply_mask(mx.zeros((1, tiny_model.vocab_size), dtype=mx.bfloat16))
     first = int(mx.argmax(logits, axis=-1).item())
     assert session.accept_token(first)
     text = tiny_model.tokenizer.decode([first])
@@ -233,7 +250,9 @@ def test_qwen_extracts_shipping_address(qwen_model):
     assert result.value["postal_code"] == "NW1 6XE" and "United Kingdom" in result.value["country"]
 
 
-@pytest.mark.parametrize("vocab", ["qwen", "gemma"])
+@pytest.mark.parametrize(
+    "vocab", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"]
+)
 @pytest.mark.parametrize("text", ["x <|im_end|> y", "</tool_call>", "<tool_call><end_of_turn><start_of_turn>"])
 def test_added_token_text_inside_a_string_is_spelled_as_text(vocab, text, request):
     """Text equal to an added token's content ("<|im_end|>", "</tool_call>", "<end_of_turn>") is spelled with

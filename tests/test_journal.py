@@ -3,6 +3,7 @@ as in a new process), keyed by the tokenizer's fingerprint and the engine's vers
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
-from guided import GrammarCache, build_tokenizer_info, default_cache, get_tokenizer_info, make_spec
+from guided import GrammarCache, build_tokenizer_info, get_tokenizer_info, make_spec
 from guided.journal import GrammarJournal
 
 SCHEMAS = [
@@ -20,8 +21,8 @@ SCHEMAS = [
 
 
 @pytest.fixture(scope="module")
-def info(qwen_tokenizer):
-    return get_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids)
+def info(tiny_model):
+    return get_tokenizer_info(tiny_model.tokenizer.hf, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
 
 
 def test_a_restart_finds_what_was_compiled(info, tmp_path):
@@ -51,10 +52,11 @@ def test_bad_entries_are_skipped_and_removed(info, tmp_path):
     assert not (journal.dir / "truncated.json").exists()
 
 
-def test_another_tokenizer_has_its_own_entries(info, qwen_tokenizer, tmp_path):
-    wider = get_tokenizer_info(qwen_tokenizer.hf, 152_064, qwen_tokenizer.eos_ids)  # another logit width
+def test_another_tokenizer_has_its_own_entries(info, tiny_model, tmp_path):
+    tok, width = tiny_model.tokenizer, tiny_model.vocab_size
+    wider = get_tokenizer_info(tok.hf, width + 128, tok.eos_ids)  # another logit width
     assert wider.fingerprint != info.fingerprint
-    assert build_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids).fingerprint == info.fingerprint
+    assert build_tokenizer_info(tok.hf, width, tok.eos_ids).fingerprint == info.fingerprint
     cache = GrammarCache()
     cache.persist(GrammarJournal(tmp_path, info))
     cache.get(make_spec(schema=SCHEMAS[0]), wider)  # compiled for the other one: not recorded in this journal
@@ -70,16 +72,28 @@ def test_the_server_records_and_warms(tiny_model, tmp_path):
         "response_format": {"type": "json_schema", "json_schema": {"name": "j", "schema": schema}},
     }
     config = ServerConfig(model_name="tiny", grammar_journal=str(tmp_path))
-    try:
-        with serve_in_thread(tiny_model, config) as base:
-            assert httpx.post(base + "/v1/chat/completions", json=body, timeout=60).status_code == 200
-        info = get_tokenizer_info(tiny_model.tokenizer.hf, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
-        assert schema in [s.schema for s in GrammarJournal(tmp_path, info).specs()]
-        default_cache._entries.clear()  # as after a restart
-        with serve_in_thread(tiny_model, config):
-            deadline = time.monotonic() + 30
-            while not default_cache.stats().size and time.monotonic() < deadline:
-                time.sleep(0.05)  # the warm-up runs on a background thread
-            assert default_cache.stats().size >= 1
-    finally:
-        default_cache.persist(None)
+    with serve_in_thread(tiny_model, config, grammar_cache=(first := GrammarCache())) as base:
+        assert httpx.post(base + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+        assert first.stats().size >= 1  # the server's own cache, not the process-wide one
+    info = get_tokenizer_info(tiny_model.tokenizer.hf, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
+    assert schema in [s.schema for s in GrammarJournal(tmp_path, info).specs()]
+    assert first.journal is None  # a stopped server records no more
+    restarted = GrammarCache()  # as after a restart
+    with serve_in_thread(tiny_model, config, grammar_cache=restarted):
+        deadline = time.monotonic() + 30
+        while not restarted.stats().size and time.monotonic() < deadline:
+            time.sleep(0.05)  # the warm-up runs on a background thread
+        assert restarted.stats().size >= 1
+
+
+def test_a_stopped_warm_up_compiles_nothing_more(qwen_tokenizer, tmp_path):
+    """`warm(stop=...)` ends before the next compile once `stop` is set (the server's shutdown)."""
+    info = get_tokenizer_info(qwen_tokenizer.hf, 151_936, qwen_tokenizer.eos_ids)
+    journal = GrammarJournal(tmp_path, info)
+    for schema in SCHEMAS:
+        journal.record(make_spec(schema=schema))
+    stop = threading.Event()
+    stop.set()
+    cache = GrammarCache()
+    assert cache.warm(journal, stop=stop) == 0 and cache.stats().size == 0
+    assert cache.warm(journal, stop=threading.Event()) == len(SCHEMAS)

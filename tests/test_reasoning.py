@@ -1,10 +1,10 @@
 """Reasoning-aware guided generation on a tiny random-weight Qwen3 (mlx-lm's qwen3 architecture)
-with Qwen's tokenizer carrying Qwen3's `<think>` / `</think>` tokens and a Qwen3 chat template."""
+with the tiny test tokenizer (tests/conftest.py) carrying Qwen3's `<think>` / `</think>` tokens and a
+Qwen3 chat template."""
 
 from __future__ import annotations
 
 import json
-import shutil
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 
@@ -29,22 +29,12 @@ SCHEMA = {
     "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
     "required": ["ok", "n"],
 }
-QWEN3_TOKENS = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "<think>", 151668: "</think>"}
 
 
 @pytest.fixture(scope="module")
-def qwen3(qwen_dir, tmp_path_factory, write_tiny_network):
+def qwen3(tmp_path_factory, write_tiny_tokenizer, write_tiny_network):
     folder = tmp_path_factory.mktemp("tiny-qwen3")
-    tok = json.loads((qwen_dir / "tokenizer.json").read_text())
-    for entry in tok["added_tokens"]:
-        if entry["id"] in QWEN3_TOKENS:
-            old, entry["content"], entry["special"] = entry["content"], QWEN3_TOKENS[entry["id"]], False
-            tok["model"]["vocab"][entry["content"]] = tok["model"]["vocab"].pop(old)
-    (folder / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
-    config = json.loads((qwen_dir / "tokenizer_config.json").read_text())
-    config["chat_template"] = TEMPLATE
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    shutil.copy(qwen_dir / "generation_config.json", folder / "generation_config.json")
+    write_tiny_tokenizer(folder, added=("<think>", "</think>"), chat_template=TEMPLATE)
     write_tiny_network(folder, "qwen3", head_dim=16)
     return load_model(folder)
 
@@ -52,10 +42,14 @@ def qwen3(qwen_dir, tmp_path_factory, write_tiny_network):
 MESSAGES = [{"role": "user", "content": "Is it ok? Answer as JSON."}]
 
 
-def test_markers_detected_from_the_template(qwen3, qwen_model):
+def test_markers_detected_from_the_template(qwen3, tiny_model):
     assert qwen3.tokenizer.reasoning_markers == ReasoningMarkers("<think>", "</think>")
-    assert qwen_model.tokenizer.reasoning_markers is None  # the default model does not think
+    assert tiny_model.tokenizer.reasoning_markers is None  # Qwen2.5's template does not think
     assert detect_markers({"default": "x <think> y </think>"}) is not None and detect_markers(None) is None
+
+
+def test_the_default_model_does_not_think(qwen_model):
+    assert qwen_model.tokenizer.reasoning_markers is None
 
 
 def test_reasoning_then_a_valid_answer(qwen3):

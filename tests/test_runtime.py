@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from runtime import ModelNotFound, PromptCache, SamplingParams, SamplingStrategy, Step, TokenSampler, load_model
-from runtime.generate import Sequence
+from runtime.sequence import Sequence
 from runtime.stops import StopStrings
 
 
@@ -137,7 +137,10 @@ STOP_CASES = [
 
 @pytest.mark.parametrize("text, stop", STOP_CASES)
 @pytest.mark.parametrize("per_step", [1, 3])
-@pytest.mark.parametrize("tokenizer", ["qwen_tokenizer", "gemma_tokenizer"])
+@pytest.mark.parametrize(
+    "tokenizer",
+    ["tiny_tokenizer"] + [pytest.param(t, marks=pytest.mark.model) for t in ("qwen_tokenizer", "gemma_tokenizer")],
+)
 def test_a_token_is_reported_iff_all_its_text_is_in_the_content(request, tokenizer, text, stop, per_step):
     """Issue 24: the tokens reported with a delta (and their logprobs) are exactly the longest run
     of output tokens whose text is all in the content, whatever the tokenizer's detokenizer holds
@@ -296,7 +299,9 @@ def test_real_qwen_answers_a_factual_question(qwen_model):
     assert result.timings.ttft > 0 and result.usage.prompt_tokens > 10
 
 
-@pytest.mark.parametrize("vocab", ["qwen", "gemma"])
+@pytest.mark.parametrize(
+    "vocab", [pytest.param("qwen", marks=pytest.mark.model), pytest.param("gemma", marks=pytest.mark.model), "tiny"]
+)
 @pytest.mark.parametrize("text", [" yes", " 1, 2", "  two spaces", "\n<end>"])
 def test_streamed_text_keeps_a_leading_space(vocab, text, request):
     """The streamed text is exactly the tokens' text: mlx-lm's detokenizers drop a leading space by
@@ -307,3 +312,30 @@ def test_streamed_text_keeps_a_leading_space(vocab, text, request):
         detok.add_token(i)
     detok.finalize()
     assert detok.text == text
+
+
+def test_channels_label_the_streamed_text(tiny_model):
+    """`Step.channels` labels tokens, and may relabel tokens still held back: every token is held one
+    step as "new", then relabelled "old"; the streamed parts and the result's parts carry the labels."""
+    from runtime import SamplingStrategy
+
+    class Relabel(SamplingStrategy):
+        def advance(self, accepted, token):
+            step = super().advance(accepted, token)
+            earlier = ["old"] if len(self.context) > self.prompt_len else []
+            step.channels, step.hold = earlier + ["new"] * len(step.tokens), 1
+            return step
+
+        def begin(self, prompt_ids, drafter=None):
+            super().begin(prompt_ids, drafter)
+            self.prompt_len = len(prompt_ids)
+
+    parts = []
+    for delta in tiny_model.stream("hi", strategy=Relabel(), max_tokens=8, chat_template=False):
+        parts += delta.parts
+        assert "".join(t for _, t in delta.parts) == delta.text
+    result = delta.result
+    assert "".join(t for _, t in result.parts) == result.text
+    labels = [label for label, _ in result.parts]
+    assert labels in (["old", "new"], ["old"]), result.parts  # the last token's text may be empty
+    assert [label for label, _ in parts if _][:1] == ["old"]

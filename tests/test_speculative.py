@@ -119,15 +119,15 @@ def test_draft_model_identical_to_target_accepts_every_greedy_draft(tiny_model):
 
 
 @pytest.mark.model
-def test_draft_model_with_rejections_keeps_greedy_output(qwen_model, tiny_model):
+def test_draft_model_with_rejections_keeps_greedy_output(qwen_model, tiny_qwen_model):
     """A random-weight draft with the same tokenizer: nearly every draft is rejected, the output is
     still the target's, constrained and not."""
     plain = qwen_model.generate(PROMPTS[1], max_tokens=12)
-    fast = qwen_model.generate(PROMPTS[1], max_tokens=12, speculative=tiny_model)
+    fast = qwen_model.generate(PROMPTS[1], max_tokens=12, speculative=tiny_qwen_model)
     assert fast.token_ids == plain.token_ids and fast.drafted_tokens > fast.accepted_tokens
     session = ConstrainedSession(qwen_model, schema=SCHEMA)
     assert (
-        session.generate(PROMPTS[0], max_tokens=16, speculative=tiny_model).token_ids
+        session.generate(PROMPTS[0], max_tokens=16, speculative=tiny_qwen_model).token_ids
         == session.generate(PROMPTS[0], max_tokens=16).token_ids
     )
 

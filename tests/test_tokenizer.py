@@ -136,7 +136,14 @@ def test_plain_prompts_are_text_unless_asked(tok, qwen_model):
     assert special(qwen_model.tokenizer, wrapped) == special(qwen_model.tokenizer, qwen_model.prompt_ids("Hi"))
 
 
-@pytest.mark.parametrize("name", ["qwen_dir", "gemma_dir"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("qwen_dir", marks=pytest.mark.model),
+        pytest.param("gemma_dir", marks=pytest.mark.model),
+        "tiny_model_dir",
+    ],
+)
 def test_tokenizer_load_matches_mlx_lm(name, request):
     """Our loader parses tokenizer.json once but picks what mlx-lm's `load_tokenizer` picks."""
     from mlx_lm.utils import load_tokenizer

@@ -94,8 +94,12 @@ def read_messages(path: Path) -> list[dict]:
 
 
 def sampling_params(args):
+    """The `SamplingParams` of `add_sampling_args`' flags, `--max-tokens` checked too (before the
+    model load). Raises ParameterError."""
     from runtime import SamplingParams
+    from runtime.sampling import check_max_tokens
 
+    check_max_tokens(args.max_tokens)
     return SamplingParams(
         temperature=args.temperature,
         top_p=args.top_p,

@@ -32,10 +32,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    # Check every argument before the (slow) model load.
-    if args.max_tokens < 1:
-        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-    sampling = common.sampling_params(args)
+    sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     model = common.load_model(args)
     session = common.constrained_session(model, args)

@@ -7,6 +7,7 @@ import socket
 
 from coreai import store
 from coreai.commands import common
+from coreai.server.config import ServerConfig  # no FastAPI: `coreai --help` stays quick
 
 log = logging.getLogger("coreai.server")
 
@@ -14,6 +15,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def register(sub) -> None:
+    defaults = ServerConfig()  # the one source of the server's defaults
     p = sub.add_parser("serve", help="run the OpenAI-compatible server (guided response_format and tools)")
     p.add_argument(
         "model",
@@ -27,20 +29,22 @@ def register(sub) -> None:
     p.add_argument(
         "--max-tokens",
         type=int,
-        default=1024,
+        default=defaults.max_tokens,
         help="default and upper bound of completion tokens per request (default: %(default)s)",
     )
-    p.add_argument("--temperature", type=float, default=0.7, help="default temperature (default: %(default)s)")
+    p.add_argument(
+        "--temperature", type=float, default=defaults.temperature, help="default temperature (default: %(default)s)"
+    )
     p.add_argument(
         "--max-queue",
         type=int,
-        default=16,
+        default=defaults.max_queue,
         help="requests that may wait while --max-batch generate; more get 429 (default: %(default)s)",
     )
     p.add_argument(
         "--max-batch",
         type=int,
-        default=8,
+        default=defaults.max_batch,
         help="requests decoding together (continuous batching: one forward pass for all; constrained "
         "and free requests mix); 1 runs them one at a time (default: %(default)s, measured: "
         "see docs/performance.md, continuous batching)",
@@ -48,7 +52,7 @@ def register(sub) -> None:
     p.add_argument(
         "--prompt-cache-bytes",
         type=int,
-        default=1 << 30,
+        default=defaults.prompt_cache_bytes,
         help="bound of the prefix cache in bytes (KV caches of earlier prompts and replies, least "
         "recently used dropped first; a request reuses its longest cached prefix); 0 turns it off "
         "(default: %(default)s)",
@@ -56,8 +60,14 @@ def register(sub) -> None:
     p.add_argument(
         "--max-body-bytes",
         type=int,
-        default=4 * 1024 * 1024,
+        default=defaults.max_body_bytes,
         help="larger request bodies get 413 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=defaults.shutdown_timeout,
+        help="seconds running requests get to finish on Ctrl-C before they are cancelled (default: %(default)s)",
     )
     p.add_argument(
         "--dtype",
@@ -66,36 +76,27 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--grammar-journal",
+        # The command keeps a journal where the library's default keeps none: a restart of a
+        # long-running server is when the compiles it saves add up.
         default=str(store.cache_root() / "grammars"),
         help="folder where compiled grammars are recorded and, at start-up, compiled again in the "
         "background, so a restart does not pay their compile; 'off' disables (default: %(default)s)",
     )
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
-    common.add_speculative_arg(p, default="prompt_lookup")
+    common.add_speculative_arg(p, default=defaults.speculative)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import uvicorn
-
     import coreai
-    from coreai.server import ServerConfig, create_app
+    from coreai.server import create_app
+    from coreai.server.background import Server
 
-    if args.max_tokens < 1:
-        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-    if args.max_queue < 0:
-        raise ValueError(f"--max-queue must be >= 0, got {args.max_queue}")
-    if args.max_batch < 1:
-        raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")
-    if args.prompt_cache_bytes < 0:
-        raise ValueError(f"--prompt-cache-bytes must be >= 0, got {args.prompt_cache_bytes}")
-    if args.max_body_bytes < 1:  # else every request would get 413
-        raise ValueError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
     if args.host not in LOOPBACK and not args.api_key:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     if args.speculative == "draft" and not args.draft_model:
         raise ValueError("--speculative draft needs --draft-model")
-    config = ServerConfig(  # checks the default sampling settings (ValueError), before the slow load
+    config = ServerConfig(  # checks every setting (ParameterError: the CLI names the flag), before the slow load
         api_key=args.api_key,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -105,6 +106,7 @@ def run(args) -> int:
         max_body_bytes=args.max_body_bytes,
         speculative=None if args.speculative == "off" else args.speculative,
         grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,
+        shutdown_timeout=args.shutdown_timeout,
     )
     # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
@@ -116,6 +118,11 @@ def run(args) -> int:
     app = create_app(model, config)
     port = sock.getsockname()[1]  # the port bound (--port 0 picks a free one)
     print(f"coreai serve: {model.name} on http://{args.host}:{port}/v1 (docs at /docs)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info" if args.verbose else "warning"))
-    server.run(sockets=[sock])
+    server = Server(app, log_level="info" if args.verbose else "warning")
+    try:
+        server.run(sockets=[sock])
+    finally:
+        # Normally done by the lifespan's shutdown, which a second Ctrl-C skips: the threads must be
+        # joined before the interpreter exits, or MLX and llguidance are torn down under them.
+        app.state.server.stop()
     return 0

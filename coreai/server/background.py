@@ -1,4 +1,6 @@
-"""Run the server in a background thread of this process (tests, benchmarks, notebooks)."""
+"""Running the app under uvicorn: `Server`, which drains the generation worker when uvicorn shuts
+down, and `serve_in_thread`, the server in a background thread of this process (tests, benchmarks,
+notebooks)."""
 
 from __future__ import annotations
 
@@ -9,21 +11,48 @@ import time
 from typing import Iterator
 
 import uvicorn
+from fastapi.concurrency import run_in_threadpool
 
 from coreai.server.app import ServerConfig, create_app
+from guided import GrammarCache
+
+GRACE_AFTER_DRAIN = 30.0  # seconds for responses to finish writing once their generations ended
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server for an app of `create_app`. On shutdown (Ctrl-C, SIGTERM, `should_exit`) it
+    first drains the generation worker: no new generations (503), `shutdown_timeout` seconds for the
+    running ones, then they are cancelled; so the responses end themselves (finish_reason
+    "cancelled") rather than uvicorn cancelling their tasks mid-write. Then uvicorn's own shutdown
+    and the app's lifespan shutdown, which joins the worker and journal threads."""
+
+    def __init__(self, app, **options):
+        state = app.state.server
+        super().__init__(uvicorn.Config(app, timeout_graceful_shutdown=GRACE_AFTER_DRAIN, **options))
+        self.state = state
+
+    async def shutdown(self, sockets=None) -> None:
+        await run_in_threadpool(self.state.worker.drain, self.state.config.shutdown_timeout)
+        await super().shutdown(sockets)
 
 
 @contextlib.contextmanager
 def serve_in_thread(
-    model, config: ServerConfig | None = None, host: str = "127.0.0.1", start_timeout: float = 60.0
+    model,
+    config: ServerConfig | None = None,
+    host: str = "127.0.0.1",
+    start_timeout: float = 60.0,
+    grammar_cache: GrammarCache | None = None,
 ) -> Iterator[str]:
-    """A real uvicorn server for `model` on a free port of `host`; yields its base URL
-    ("http://127.0.0.1:PORT") and shuts it down on exit. Raises RuntimeError if it does not start
-    within `start_timeout` seconds."""
-    app = create_app(model, config)
+    """A real uvicorn server for `model` on a free port of `host` (`create_app(model, config,
+    grammar_cache)`); yields its base URL ("http://127.0.0.1:PORT") and shuts it down on exit
+    (running requests get `shutdown_timeout`, then the worker is joined). Raises RuntimeError if it
+    does not start within `start_timeout` seconds."""
+    config = config or ServerConfig()
+    app = create_app(model, config, grammar_cache)
     sock = socket.socket()
     sock.bind((host, 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=config.shutdown_timeout))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="coreai-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout
@@ -35,5 +64,7 @@ def serve_in_thread(
         yield f"http://{host}:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(config.shutdown_timeout + GRACE_AFTER_DRAIN + 60)  # drain, responses, the threads' join
+        if thread.is_alive():
+            raise RuntimeError("the server did not stop")
         sock.close()

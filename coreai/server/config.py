@@ -1,10 +1,13 @@
-"""`ServerConfig`: the server's settings."""
+"""`ServerConfig`: the server's settings and their defaults, the one source of both (`coreai serve`
+reads its defaults from here)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from runtime import SamplingParams
+from runtime.errors import ParameterError
+from runtime.sampling import check_max_tokens
 
 
 @dataclass
@@ -13,19 +16,22 @@ class ServerConfig:
 
     model_name: the id clients send as `model` (default: the model's name).
     api_key: required as `Authorization: Bearer <key>` on /v1 routes when set.
-    max_tokens: the default and the upper bound of a request's completion tokens.
+    max_tokens: the default and the upper bound of a request's completion tokens (>= 1).
     temperature: the default sampling temperature.
-    max_queue: requests allowed to wait while `max_batch` run; more get 429.
-    max_batch: requests decoding together in one batch (continuous batching, see `runtime.batch`).
+    max_queue: requests allowed to wait while `max_batch` run; more get 429 (>= 0).
+    max_batch: requests decoding together in one batch (continuous batching, see `runtime.batch`; >= 1).
     prompt_cache_bytes: bound of the prefix cache (KV caches of earlier prompts and replies, LRU), in
         bytes; 0 turns it off.
-    max_body_bytes: request bodies above this get 413.
+    max_body_bytes: request bodies above this get 413 (>= 1).
     speculative: speculative decoding for every request ("prompt_lookup", "draft" with the model's
         draft model, or None); the output does not change, only its speed.
     grammar_journal: a folder where compiled grammars are recorded, and compiled again in the
         background at start-up (`guided.journal`), or None.
+    shutdown_timeout: seconds requests still running at shutdown (Ctrl-C) get to finish before they
+        are cancelled (>= 0).
 
-    Raises ValueError for a default sampling setting out of range.
+    Raises `runtime.errors.ParameterError` (a ValueError naming the field in `param`) for a setting
+    out of range, the sampling defaults included.
     """
 
     model_name: str | None = None
@@ -38,11 +44,20 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"
     grammar_journal: str | None = None
+    shutdown_timeout: float = 5.0
 
     def __post_init__(self):
         # The defaults go through the checks a request's values go through: out of range, every
         # request leaving the field out would be refused with a 400 blaming the client.
-        try:
-            SamplingParams(temperature=self.temperature)
-        except ValueError as exc:
-            raise ValueError(f"default {exc}") from None
+        SamplingParams(temperature=self.temperature)
+        check_max_tokens(self.max_tokens)
+        bounds = (
+            ("max_queue", 0),
+            ("max_batch", 1),
+            ("prompt_cache_bytes", 0),
+            ("max_body_bytes", 1),  # else every request would get 413
+            ("shutdown_timeout", 0),
+        )
+        for name, least in bounds:
+            if not getattr(self, name) >= least:
+                raise ParameterError(f"{name} must be >= {least}, got {getattr(self, name)!r}", name)

@@ -8,12 +8,10 @@ request: combining a JSON response format with active tools is refused (400) rat
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from coreai.errors import GrammarError, SchemaError
-from coreai.server import tools as tool_format
 from coreai.server.errors import bad_request, from_library_error
 from coreai.server.schemas import (
     ChatCompletionRequest,
@@ -22,15 +20,16 @@ from coreai.server.schemas import (
     NamedToolChoice,
     SamplingFields,
 )
-from guided import ConstrainedSession, TokenizerInfo
+from guided import ConstrainedSession, GrammarCache, TokenizerInfo
 from guided.enforcement import GRAMMAR
+from guided.tools import parameters_schema
 from runtime import Model
 
 
 @dataclass
 class Constraint:
-    """A request's guided session, and `tool_mode`: None (no tools), "auto" or "required" (a named
-    function is "required" over one function), which tells the reply to parse tool calls."""
+    """A request's guided session, and `tool_mode`: None (no tools), "auto", "required" (a named
+    function is "required" over one function) or "none", which tells the reply to map tool calls."""
 
     session: ConstrainedSession
     tool_mode: str | None = None
@@ -38,25 +37,19 @@ class Constraint:
 
 class Constraints:
     """Builds `Constraint`s for one model. `tokenizer` is the grammar engine's view of the model's
-    tokenizer, or None when the engine cannot use it (then every constrained request is a 400)."""
+    tokenizer, or None when the engine cannot use it (then every constrained request is a 400).
+    `cache`: the compiled grammars of this server (its own, not the process-wide default)."""
 
-    def __init__(self, model: Model, tokenizer: TokenizerInfo | None):
+    def __init__(self, model: Model, tokenizer: TokenizerInfo | None, cache: GrammarCache):
         self.model = model
         self.tokenizer = tokenizer
-        hf = model.tokenizer.hf
-        self.supports_tools = tokenizer is not None and tool_format.template_supports_tools(
-            getattr(hf, "chat_template", None)
-        )
-        if self.supports_tools:
-            self.tags = tuple(
-                tool_format.token_ref(t, hf, tokenizer.ll_tokenizer) for t in (tool_format.OPEN, tool_format.CLOSE)
-            )
+        self.cache = cache
 
     def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
         try:
-            return ConstrainedSession(self.model, **options)
+            return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:
             raise from_library_error(exc, param) from None
 
@@ -86,10 +79,11 @@ class Constraints:
         return Constraint(self._session("structured_outputs.grammar", req, grammar=so.grammar))
 
     def for_chat(self, req: ChatCompletionRequest) -> Constraint | None:
-        """The constraint of a chat request, or None for free text."""
-        mode, functions = self.tool_mode(req)
+        """The constraint of a chat request, or None for free text. Tools go through
+        `ConstrainedSession(tools=...)`: the format comes from the chat template (a template with no
+        tool markup gets the generic JSON envelope); `tool_choice: "none"` bans the call marker."""
         structured = self.structured(req, req.response_format)
-        if mode is None:
+        if not req.tools or (req.tool_choice == "none" and structured is not None):
             return structured
         if structured is not None:
             raise bad_request(
@@ -97,15 +91,14 @@ class Constraints:
                 'pass tool_choice: "none" to use them',
                 "response_format",
             )
-        schemas = {}
         for i, tool in enumerate(req.tools):
             param = f"tools[{i}].function.parameters"
             try:
-                schemas[tool.function.name] = tool_format.parameters_schema(tool.function)
+                schema = parameters_schema(tool.function.parameters, tool.function.strict)
             except SchemaError as exc:
                 raise from_library_error(exc, param) from None
             # Compiled alone first, so an unenforceable keyword is reported with this tool's pointer.
-            alone = self._session(param, req, schema=schemas[tool.function.name], strict=False)
+            alone = self._session(param, req, schema=schema, strict=False)
             checked = [e for e in alone.enforcement if e.how == "validate-and-rollback"]
             if checked:  # the checker follows a JSON output from its first byte, not a call inside markup
                 raise bad_request(
@@ -114,36 +107,27 @@ class Constraints:
                     param,
                     "unsupported_schema_feature",
                 )
-        allowed = {f.name: schemas[f.name] for f in functions}
-        # A named function means exactly one call of it, as OpenAI does, whatever parallel_tool_calls says.
-        parallel = req.parallel_tool_calls and not isinstance(req.tool_choice, NamedToolChoice)
-        grammar = tool_format.tool_grammar(
-            allowed, mode=mode, parallel=parallel, open_ref=self.tags[0], close_ref=self.tags[1]
-        )
-        check = functools.partial(tool_format.call_errors, functions=allowed)
-        return Constraint(self._session("tools", req, grammar=grammar, check=check), mode)
-
-    def tool_mode(self, req: ChatCompletionRequest):
-        """("auto" | "required" | None, the functions a call may use) from tools and tool_choice."""
-        if not req.tools or req.tool_choice == "none":
-            return None, []
-        if not self.supports_tools:
-            raise bad_request(
-                "this model's chat template has no tool-call format this server knows (Hermes/Qwen2.5 <tool_call>)",
-                "tools",
-            )
         names = [t.function.name for t in req.tools]
         if len(set(names)) != len(names):
             raise bad_request("tool function names must be unique", "tools")
-        functions = [t.function for t in req.tools]
         choice = req.tool_choice or "auto"
-        if choice in ("auto", "required"):
-            return choice, functions
-        if choice.function.name not in names:
-            raise bad_request(
-                f"tool_choice names the function {choice.function.name!r}, which is not in tools", "tool_choice"
+        if isinstance(choice, NamedToolChoice):
+            if choice.function.name not in names:
+                raise bad_request(
+                    f"tool_choice names the function {choice.function.name!r}, which is not in tools", "tool_choice"
+                )
+            choice = choice.model_dump()
+        try:
+            session = self._session(
+                "tools",
+                req,
+                tools=[t.model_dump(exclude_none=True) for t in req.tools],
+                tool_choice=choice,
+                parallel_tool_calls=req.parallel_tool_calls,
             )
-        return "required", [f for f in functions if f.name == choice.function.name]
+        except ValueError as exc:  # a format the tokenizer cannot express
+            raise bad_request(str(exc), "tools") from None
+        return Constraint(session, session.tools.mode)
 
 
 def enforcement_headers(session: ConstrainedSession) -> dict[str, str]:

@@ -1,8 +1,8 @@
-"""The model behind the server: one worker thread (see `coreai.server.queue`) steps one batch of
-generations (`runtime.batch.BatchGenerator`), up to `max_batch` decoding together, with a prefix
-cache of several entries (mlx-lm's `LRUPromptCache`, bounded in bytes). A constrained request is a
-row driven by the strategy of its `guided.ConstrainedSession` and gets that session's verdict (the
-same path as the Python API and the CLI); a free one a `SamplingStrategy`.
+"""The model behind the server: the worker thread (`coreai.server.queue.Worker`, which owns the
+engine) steps one batch of generations (`runtime.batch.BatchGenerator`), up to `max_batch` decoding
+together, with a prefix cache of several entries (mlx-lm's `LRUPromptCache`, bounded in bytes). A
+constrained request is a row driven by the strategy of its `guided.ConstrainedSession` and gets that
+session's verdict (the same path as the Python API and the CLI); a free one a `SamplingStrategy`.
 
 Everything that touches MLX (the forward passes, the sessions' bitmasks, log-probabilities) runs on
 the worker thread; the event loop only sees plain Python values (`Piece`s and the final
@@ -22,7 +22,7 @@ from guided import ConstrainedSession
 from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
 from runtime.reasoning import ReasoningPlan
-from coreai.server.queue import Job, Worker
+from coreai.server.queue import Job
 
 log = logging.getLogger("coreai.server")
 
@@ -40,10 +40,12 @@ class TokenLogprob:
 
 @dataclass
 class Piece:
-    """One streamed step: text (never splits a UTF-8 character) and, if asked, its tokens' logprobs."""
+    """One streamed step: text (never splits a UTF-8 character) and, if asked, its tokens' logprobs;
+    parts: the text by channel (`runtime.Delta.parts`: tool-call segments of a tools constraint)."""
 
     text: str
     logprobs: list[TokenLogprob] | None = None
+    parts: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -79,28 +81,19 @@ class GenerationParams:
 
 
 class Engine:
-    """A model, its worker thread and batch, and the prefix cache.
+    """A model, its batch of generations and the prefix cache: the `coreai.server.queue.Batch` the
+    worker steps (a job's params are `GenerationParams`; each Job yields `Piece`s then the result).
 
-    max_queue: requests allowed to wait while `max_batch` run (more are refused with `QueueFull`).
     max_batch: requests decoding together (>= 1). prompt_cache_bytes: the prefix cache's bound in
     bytes of KV cache (0 turns it off).
     """
 
-    def __init__(self, model: Model, max_queue: int, max_batch: int, prompt_cache_bytes: int):
+    def __init__(self, model: Model, max_batch: int, prompt_cache_bytes: int):
         self.model = model
         # Bounded by bytes only: the entry count is not what runs out.
         cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes) if prompt_cache_bytes > 0 else None
         self.batch = BatchGenerator(model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache)
         self._failed: set[Job] = set()  # jobs whose delivery failed, until their row leaves
-        self.worker = Worker(max_queue, max_batch, self)
-
-    def submit(self, params: GenerationParams, n: int = 1) -> list[Job]:
-        """Queue a request's `n` choices (`GenerationParams.choices`), all or none; each Job yields
-        `Piece`s then the `GenerationResult`. Raises QueueFull."""
-        return self.worker.submit(params.choices(n))
-
-    def close(self) -> None:
-        self.worker.close()
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -148,7 +141,7 @@ class Engine:
         job, p = row.tag, row.tag.params
         logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
         if delta.text or logprobs:
-            job.put(Piece(delta.text, logprobs))
+            job.put(Piece(delta.text, logprobs, delta.parts))
         if delta.result is None:
             return
         r = delta.result

@@ -1,38 +1,42 @@
-"""`Guard`: ASGI middleware that checks the API key and bounds the body before routing."""
+"""The request guards: `require_api_key`, the dependency of the /v1 routes (401), and `BodyLimit`,
+ASGI middleware that bounds the body before anything parses it (413)."""
 
 from __future__ import annotations
 
 import hmac
 
-from coreai.server.config import ServerConfig
+from fastapi import Request
+
 from coreai.server.errors import APIError
 
 
-class Guard:
-    """ASGI middleware run before routing and body parsing: the API key (401) and the body size
-    bound (413; bodies are read here up to the bound, also when chunked without Content-Length)."""
+def require_api_key(request: Request) -> None:
+    """Route dependency: the `Authorization: Bearer <key>` of `ServerConfig.api_key`, when one is
+    set. The scheme is case-insensitive (RFC 7235: "bearer" is "Bearer"); the key is compared
+    exactly, in constant time. Raises APIError 401 `invalid_api_key`."""
+    key = request.app.state.server.config.api_key
+    if not key:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+        raise APIError(
+            401, "missing or incorrect API key (send Authorization: Bearer <key>)", param=None, code="invalid_api_key"
+        )
 
-    def __init__(self, app, config: ServerConfig):
+
+class BodyLimit:
+    """ASGI middleware run before routing and body parsing: request bodies over `limit` bytes get
+    413 (they are read here up to the bound, also when chunked without Content-Length)."""
+
+    def __init__(self, app, limit: int):
         self.app = app
-        self.config = config
+        self.limit = limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.config.api_key and scope["path"].startswith("/v1"):
-            # The scheme is case-insensitive (RFC 7235: "bearer" is "Bearer"); the key is compared exactly.
-            scheme, _, given = headers.get("authorization", "").partition(" ")
-            key_ok = hmac.compare_digest(given.strip().encode(), self.config.api_key.encode())
-            if scheme.lower() != "bearer" or not key_ok:
-                error = APIError(
-                    401,
-                    "missing or incorrect API key (send Authorization: Bearer <key>)",
-                    param=None,
-                    code="invalid_api_key",
-                )
-                return await error.response()(scope, receive, send)
-        limit = self.config.max_body_bytes
+        limit = self.limit
         too_large = APIError(413, f"the request body exceeds {limit} bytes", code="request_too_large")
         if int(headers.get("content-length", 0) or 0) > limit:
             return await too_large.response()(scope, receive, send)

@@ -14,7 +14,9 @@ from coreai.server.constraints import Constraint, Constraints
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request
 from runtime import Model, SamplingParams
+from runtime.errors import ParameterError
 from runtime.reasoning import plan_reasoning
+from runtime.sampling import check_max_tokens
 
 REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
 
@@ -30,25 +32,18 @@ class Preparer:
         req: s.SamplingFields,
         prompt_ids: list[int],
         constraint: Constraint | None,
-        max_tokens: int | None,
         logprobs: bool,
         top_logprobs: int,
         reasoning=None,
     ) -> GenerationParams:
-        if max_tokens is not None and max_tokens > self.config.max_tokens:
-            field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
-            raise bad_request(f"{field} must be <= {self.config.max_tokens} on this server", field)
-        budget = max_tokens or self.config.max_tokens
-        if self.model.context_length:
-            room = self.model.context_length - len(prompt_ids)
-            if room < 1:
-                raise bad_request(
-                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.model.context_length}",
-                    "messages" if hasattr(req, "messages") else "prompt",
-                    "context_length_exceeded",
-                )
-            budget = min(budget, room)  # cut at the context: finish_reason "length" says so
-        try:  # SamplingParams checks the ranges: one place for the API, the CLI and the server
+        """What the worker runs. Checks the token budget and the sampling ranges in one place (the
+        runtime's checks, each error a 400 naming its field), then cuts the budget at the context."""
+        # OpenAI's newer name wins when both are given.
+        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) is not None else "max_tokens"
+        try:
+            budget = self.config.max_tokens
+            if getattr(req, field) is not None:
+                budget = check_max_tokens(getattr(req, field), self.config.max_tokens, field)
             sampling = SamplingParams(
                 temperature=self.config.temperature if req.temperature is None else req.temperature,
                 top_p=1.0 if req.top_p is None else req.top_p,
@@ -60,12 +55,18 @@ class Preparer:
                 seed=None if req.seed is None else req.seed % 2**64,  # OpenAI's seeds are signed 64-bit
                 logit_bias=req.logit_bias,
             )
-            if sampling.logit_bias and max(sampling.logit_bias) >= self.model.vocab_size:
-                raise ValueError(
-                    f"logit_bias names token {max(sampling.logit_bias)}; the model has {self.model.vocab_size}"
+            sampling.check_token_ids(self.model.vocab_size)
+        except ParameterError as exc:
+            raise bad_request(str(exc), exc.param) from None
+        if self.model.context_length:
+            room = self.model.context_length - len(prompt_ids)
+            if room < 1:
+                raise bad_request(
+                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.model.context_length}",
+                    "messages" if hasattr(req, "messages") else "prompt",
+                    "context_length_exceeded",
                 )
-        except ValueError as exc:
-            raise bad_request(str(exc), str(exc).split(" ", 1)[0]) from None
+            budget = min(budget, room)  # cut at the context: finish_reason "length" says so
         return GenerationParams(
             prompt_ids,
             sampling,
@@ -91,16 +92,15 @@ class Preparer:
             [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
         )
         messages = [template_message(m, i) for i, m in enumerate(req.messages)]
+        if constraint is not None and constraint.session.tools is not None:  # the tools as the format needs them
+            tools, messages = constraint.session.tools.template_tools, constraint.session.tool_prompt(messages)
         try:
             ids = self.model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
         budget = REASONING_BUDGETS[req.reasoning_effort or "medium"]
         reasoning = plan_reasoning(self.model.tokenizer.reasoning_tokens, ids, req.chat_template_kwargs, budget)
-        max_tokens = req.max_completion_tokens or req.max_tokens
-        params = self.generation_params(
-            req, ids, constraint, max_tokens, req.logprobs, req.top_logprobs or 0, reasoning
-        )
+        params = self.generation_params(req, ids, constraint, req.logprobs, req.top_logprobs or 0, reasoning)
         return params, constraint
 
     def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
@@ -120,7 +120,7 @@ class Preparer:
         else:
             ids = self.model.prompt_ids(prompt, chat_template=False)  # special-token text stays text
         want = req.logprobs is not None
-        params = self.generation_params(req, ids, constraint, req.max_tokens, want, req.logprobs or 0)
+        params = self.generation_params(req, ids, constraint, want, req.logprobs or 0)
         return params, constraint
 
 

@@ -11,6 +11,11 @@ A job carries its parameters; the batch delivers each job's items (`Job.put`) to
 (`Job.get`). Setting `cancel` (a client disconnected) makes the runtime end that row at its next
 step; a job cancelled while waiting is dropped from the queue before the next admission (or `load`)
 is counted and before the worker takes a job, so its place is freed at once, not when a row frees.
+
+The worker owns its batch (the batch knows nothing of the worker). `start` starts the thread;
+`drain` stops admitting (`Closed`) and gives the jobs a grace period; `close` stops it in order:
+waiting jobs released, running rows cancelled and stepped until they leave, then the thread is
+joined, so nothing touches MLX after.
 """
 
 from __future__ import annotations
@@ -34,6 +39,13 @@ class QueueFull(Exception):
     def __init__(self, retry_after: int):
         super().__init__(f"the server is busy; retry after {retry_after} s")
         self.retry_after = retry_after
+
+
+class Closed(Exception):
+    """The worker is shutting down and admits no more jobs."""
+
+    def __init__(self):
+        super().__init__("the server is shutting down")
 
 
 class Batch(Protocol):
@@ -80,14 +92,11 @@ class Worker:
     """The generation thread, its batch and its bounded queue.
 
     max_queue: requests allowed to wait while `max_batch` run (>= 0). max_batch: requests running
-    together (>= 1). batch: what runs them. Raises ValueError for a bound out of range.
+    together (>= 1); both checked by `ServerConfig`. batch: what runs them, owned by the worker.
+    Jobs submitted before `start` wait for it.
     """
 
     def __init__(self, max_queue: int, max_batch: int, batch: Batch):
-        if max_queue < 0:
-            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.batch = batch
@@ -95,19 +104,26 @@ class Worker:
         # waits can be taken out at once (`_release_cancelled`) instead of when the worker reaches it.
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # notified when a job arrives or the worker closes
+        self._left = threading.Condition(self._lock)  # notified when a job ends or leaves the queue
+        self._admitting = True
         self._waiting: collections.deque[Job] = collections.deque()
         self._running = 0  # taken by the worker thread, not yet done
         self._closing = False
         self._mean_seconds = 5.0  # moving average of job durations, for Retry-After
         self._thread = threading.Thread(target=self._run, name="coreai-generation", daemon=True)
+
+    def start(self) -> None:
+        """Start the generation thread."""
         self._thread.start()
 
     def submit(self, params: list[Any]) -> list[Job]:
         """Queue a job for each of `params` (a request's choices), all or none, and return them. Must
         be called on the event loop that will read them. Raises QueueFull when they would not all fit
-        beside the `max_batch` running and `max_queue` waiting."""
+        beside the `max_batch` running and `max_queue` waiting, Closed once `drain` or `close` was called."""
         loop = asyncio.get_running_loop()
         with self._lock:
+            if not self._admitting:
+                raise Closed()
             self._release_cancelled()
             if self._running + len(self._waiting) + len(params) > self.max_batch + self.max_queue:
                 # One job finishing frees one slot: about one mean job duration over the batch from now.
@@ -124,17 +140,36 @@ class Worker:
             self._release_cancelled()
             return self._running, len(self._waiting)
 
-    def close(self) -> None:
-        """Stop the thread: running jobs are cancelled (they end at their next step), waiting ones released."""
+    def drain(self, grace: float) -> None:
+        """Stop admitting (`submit` raises Closed), wait up to `grace` seconds for the running and
+        waiting jobs to end, then cancel the rest (`close` without waiting)."""
+        deadline = time.monotonic() + grace
         with self._lock:
+            self._admitting = False
+            self._release_cancelled()
+            while (self._running or self._waiting) and (left := deadline - time.monotonic()) > 0:
+                self._left.wait(left)
+                self._release_cancelled()
+        self.close(timeout=0)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the thread and wait for it (at most `timeout` seconds; None: as long as it takes): no
+        more admissions, waiting jobs released, running ones cancelled (they end at their next step,
+        within a forward pass or a prefill chunk). Returns whether the thread has ended."""
+        with self._lock:
+            self._admitting = False
             self._closing = True
             self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _release_cancelled(self) -> None:
         """Drop the waiting jobs whose request is gone, ending them (with the lock held)."""
         for job in [j for j in self._waiting if j.cancel.is_set()]:
             self._waiting.remove(job)
             job.put(_END)
+            self._left.notify_all()
 
     def _take(self, room: int, block: bool) -> list[Job] | None:
         """Up to `room` waiting jobs, oldest first, now counted as running; waits for one if `block`.
@@ -154,6 +189,7 @@ class Worker:
         job.put(_END)
         with self._lock:
             self._running -= 1
+            self._left.notify_all()
             if job.started:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.started)
 

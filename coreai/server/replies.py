@@ -13,7 +13,8 @@ from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job
 from coreai.server.streaming import merge
-from coreai.server.tools import ParsedCall, ToolCallParser
+from coreai.server.tools import chunk_tool_call, message_tool_calls
+from guided.toolcalls import CallStream, ToolCall
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningPlan
 
@@ -40,12 +41,12 @@ def usage_info(results: list[GenerationResult]) -> s.UsageInfo:
     )
 
 
-def openai_finish_reason(result: GenerationResult, calls: list[ParsedCall]) -> str:
+def openai_finish_reason(result: GenerationResult, calls: list[ToolCall]) -> str:
     """OpenAI's finish_reason for a result whose verdict is already in it (`ConstrainedSession` turns
     a "stop" whose output breaks its constraint into "error").
 
-    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is dropped by
-    the parser; the complete ones were closed under the grammar): then "tool_calls"; "error" when the
+    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is not a call;
+    the complete ones were closed under the grammar): then "tool_calls"; "error" when the
     grammar engine failed or the output is not valid; "tool_calls" when calls were made; else "stop".
     """
     reason = result.finish_reason
@@ -128,18 +129,12 @@ class ChatReply(_Reply):
         reasoning = None
         if self.reasoning is not None:
             reasoning, text = self.reasoning.split(text)
-        calls: list[ParsedCall] = []
+        calls: list[ToolCall] = []
+        content = text
         if self.tools:
-            parser = ToolCallParser()
-            content = "".join(x for x in parser.feed(text) + parser.finish() if isinstance(x, str))
-            calls = parser.calls
-        else:
-            content = text
+            calls, content = result.tool_calls, result.content or ""
         finish = openai_finish_reason(result, calls)
-        tool_calls = [
-            s.ResponseToolCall(id=c.id, function=s.ResponseFunctionCall(name=c.name, arguments=c.arguments))
-            for c in calls
-        ] or None
+        tool_calls = message_tool_calls(calls)
         message = s.ResponseMessage(
             content=content if content or not calls else None, tool_calls=tool_calls, reasoning_content=reasoning
         )
@@ -168,11 +163,11 @@ class ChatReply(_Reply):
         return chunk
 
     async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
-        """Chunks of one choice: the role, content / tool-call deltas (a call is sent whole once its
-        block closes), the finish_reason."""
-        parser = ToolCallParser() if self.tools else None
+        """Chunks of one choice: the role, content / tool-call deltas (per call: its index, id and name
+        once the name is complete, then `arguments` fragments as they are decoded), the finish_reason."""
+        calls = CallStream() if self.tools else None
         splitter = self.reasoning.splitter() if self.reasoning else None
-        content: list[str] = []
+        streamed_content = False
         pending_logprobs: list[TokenLogprob] = []
         result = None
         try:
@@ -182,47 +177,40 @@ class ChatReply(_Reply):
                     result = results[index] = item
                     continue
                 pending_logprobs += item.logprobs or []
-                text = item.text
+                text = "".join(t for label, t in item.parts if label is None) if calls else item.text
                 if splitter is not None:
                     reasoning, text = splitter.feed(text)
                     if reasoning:
                         yield self.chunk(index, s.ChunkDelta(reasoning_content=reasoning))
-                out = parser.feed(text) if parser else ([text] if text else [])
-                for x in out:
-                    yield self._delta(index, x, parser, content, pending_logprobs)
+                deltas = [s.ChunkDelta(content=text)] if text else []
+                for event in calls.feed(item.parts) if calls else []:
+                    deltas.append(s.ChunkDelta(tool_calls=[chunk_tool_call(event)]))
+                for delta in deltas:
+                    streamed_content |= delta.content is not None
+                    yield self.chunk(index, delta, None, self._logprobs(pending_logprobs))
                     pending_logprobs = []
             if splitter is not None:
                 reasoning, text = splitter.finish()
                 if reasoning:
                     yield self.chunk(index, s.ChunkDelta(reasoning_content=reasoning))
-                for x in parser.feed(text) if parser else ([text] if text else []):
-                    yield self._delta(index, x, parser, content, pending_logprobs)
+                if text:
+                    streamed_content = True
+                    yield self.chunk(index, s.ChunkDelta(content=text), None, self._logprobs(pending_logprobs))
                     pending_logprobs = []
-            for x in parser.finish() if parser else []:
-                yield self._delta(index, x, parser, content, pending_logprobs)
-                pending_logprobs = []
             if result is None:
                 return
-            finish = openai_finish_reason(result, parser.calls if parser else [])
-            logprobs = self.logprobs(pending_logprobs) if pending_logprobs else None
-            yield self.chunk(index, s.ChunkDelta(), finish, logprobs)
+            if calls:
+                if not streamed_content and getattr(result, "content", None):  # the generic envelope's answer
+                    yield self.chunk(index, s.ChunkDelta(content=result.content))
+                for e in calls.finish(result.tool_calls):
+                    yield self.chunk(index, s.ChunkDelta(tool_calls=[chunk_tool_call(e)]))
+            finish = openai_finish_reason(result, result.tool_calls if calls else [])
+            yield self.chunk(index, s.ChunkDelta(), finish, self._logprobs(pending_logprobs))
         finally:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
-    def _delta(
-        self, index: int, x, parser: ToolCallParser | None, content: list[str], logprobs: list[TokenLogprob]
-    ) -> dict:
-        lp = self.logprobs(logprobs) if logprobs and self.req.logprobs else None
-        if isinstance(x, ParsedCall):
-            call = s.ChunkToolCall(
-                index=x.index,
-                id=x.id,
-                type="function",
-                function=s.ChunkFunctionCall(name=x.name, arguments=x.arguments),
-            )
-            return self.chunk(index, s.ChunkDelta(tool_calls=[call]), None, lp)
-        content.append(x)
-        return self.chunk(index, s.ChunkDelta(content=x), None, lp)
+    def _logprobs(self, entries: list[TokenLogprob]) -> s.ChoiceLogprobs | None:
+        return self.logprobs(entries) if entries and self.req.logprobs else None
 
 
 class CompletionReply(_Reply):

@@ -162,11 +162,11 @@ class StreamOptions(Request):
 
 
 class SamplingFields(Request):
-    """Fields shared by chat and legacy completions. The sampling fields' ranges are checked in one
-    place, `runtime.SamplingParams` (a 400 naming the field)."""
+    """Fields shared by chat and legacy completions. The sampling fields' ranges and `max_tokens` are
+    checked in one place, where the runtime's `SamplingParams` is built (a 400 naming the field)."""
 
     model: str
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -219,7 +219,7 @@ class SamplingFields(Request):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = None  # OpenAI's newer name of max_tokens, which it wins over
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None

@@ -1,7 +1,10 @@
 """`coreai bench MODEL [-p 512 -g 128 -n 3 --output-json FILE]`,
 `coreai bench MODEL --guided SCHEMA_FILE [--prompt TEXT | --messages F.json] [-g N] [-n RUNS] [--output-json FILE]`
 and, with `--speculative prompt_lookup|draft`, the same guided bench with the speculative variants (or,
-without --guided, unconstrained decode with and without speculation on the prompt given)."""
+without --guided, unconstrained decode with and without speculation on the prompt given).
+
+The benchmarks register this command themselves (the `coreai.commands` entry point in pyproject.toml),
+so the library never imports them (`coreai.cli` discovers it)."""
 
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # Imported when the command runs, not when `coreai --help` builds the parsers (mlx-lm, MLX).
     from benchmarks.generation import format_guided_table, format_table, mismatches, run_bench, run_guided_bench
 
     speculative = None if args.speculative == "off" else args.speculative

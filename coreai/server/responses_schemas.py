@@ -1,0 +1,329 @@
+"""Request and response bodies of OpenAI's Responses API (`POST /v1/responses`), as pydantic models.
+
+Requests are strict and forbid unknown fields, like `coreai.server.schemas`: a field this server
+cannot honour (`previous_response_id`, `background`, `conversation`, `prompt`, ...) is a 400 naming
+it. Input items are discriminated by `type` (an item without one is a message, as OpenAI reads it),
+content parts and tools by `type`, so a bad item gets one error naming its location. A built-in tool
+(`web_search`, `file_search`, ...) is a 400 at `tools[i].type`.
+
+The response models follow the `openai` SDK's `Response` and its output items; events are built as
+plain dicts in `coreai.server.responses_stream`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from coreai.server.schemas import FUNCTION_NAME, Request, StructuredOutputs
+
+
+def located_error(loc: tuple, message: str, value: Any) -> ValidationError:
+    """A validator's error at the request location `loc` (e.g. ("tools", 0, "type"))."""
+    error = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data("request", [InitErrorDetails(type=error, loc=loc, input=value)])
+
+
+def new_id(prefix: str) -> str:
+    """A fresh object id such as "resp_<32 hex>" ("msg_", "fc_", "rs_" for output items)."""
+    return prefix + uuid.uuid4().hex
+
+
+# ---- input items ----------------------------------------------------------------------------------
+
+
+class InputText(Request):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(Request):
+    """An assistant's earlier text, passed back; its annotations and logprobs are not used."""
+
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+Part = Annotated[Union[InputText, OutputText], Field(discriminator="type")]
+
+
+class MessageItem(Request):
+    """A message: `content` a string or text parts. `id` / `status` come with messages passed back."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[Part]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class FunctionCallItem(Request):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str  # JSON text
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class FunctionCallOutputItem(Request):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[InputText]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class ReasoningText(Request):
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningItem(Request):
+    """A reasoning item passed back: accepted, and not rendered (chat templates drop earlier turns'
+    reasoning; OpenAI's `encrypted_content` means nothing here)."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[ReasoningText] = []
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}
+ITEM_TAGS["reasoning"] = "Reasoning"
+
+
+def _item_tag(value) -> str | None:
+    # Capitalised tags: the 400's field path skips them (`errors.field_path` keeps lower-case keys).
+    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
+    return ITEM_TAGS.get(kind)
+
+
+InputItem = Annotated[
+    Union[
+        Annotated[MessageItem, Tag("Message")],
+        Annotated[FunctionCallItem, Tag("FunctionCall")],
+        Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")],
+        Annotated[ReasoningItem, Tag("Reasoning")],
+    ],
+    Discriminator(
+        _item_tag,
+        custom_error_type="invalid_item",
+        custom_error_message="an input item's type is message, function_call, function_call_output or reasoning",
+    ),
+]
+
+
+# ---- tools and text format -----------------------------------------------------------------------
+
+
+class FunctionTool(Request):
+    """A function tool in the Responses flat shape."""
+
+    type: Literal["function"]
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionChoice(Request):
+    type: Literal["function"]
+    name: str
+
+
+class TextFormatText(Request):
+    type: Literal["text"]
+
+
+class TextFormatJsonObject(Request):
+    type: Literal["json_object"]
+
+
+class TextFormatJsonSchema(Request):
+    type: Literal["json_schema"]
+    name: str = Field(pattern=FUNCTION_NAME)
+    schema_: dict[str, Any] | bool = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextConfig(Request):
+    format: Annotated[
+        Union[TextFormatText, TextFormatJsonObject, TextFormatJsonSchema], Field(discriminator="type")
+    ] = TextFormatText(type="text")
+
+
+class ReasoningConfig(Request):
+    effort: Literal["low", "medium", "high"] | None = None
+
+
+# ---- the request ---------------------------------------------------------------------------------
+
+
+class ResponseCreateRequest(Request):
+    """`POST /v1/responses`. Accepted and ignored, as OpenAI's semantics allow on a local server:
+    `user`, `store: false`, `truncation: "disabled"` (the default: a prompt over the context is a
+    400), `include: []`. `metadata` is echoed back."""
+
+    model: str
+    input: str | list[InputItem]
+    instructions: str | None = None
+    text: TextConfig | None = None
+    structured_outputs: StructuredOutputs | None = None  # vLLM's extension, as on chat completions
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # extension (vLLM's)
+    reasoning: ReasoningConfig | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    user: str | None = None
+    stream: bool = False
+    # This server keeps no responses (no `GET /v1/responses/{id}`, no `previous_response_id`): a
+    # request that asks to store one is refused rather than answered as if it were stored.
+    store: Literal[False] | None = None
+    truncation: Literal["disabled"] | None = None
+    include: list[Literal["message.output_text.logprobs"]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_builtin_tools(cls, data):
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if v is not None}  # null is the default, as OpenAI reads it
+        for i, tool in enumerate(data.get("tools") or []):
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if kind is not None and kind != "function":
+                raise located_error(
+                    ("tools", i, "type"),
+                    f"the built-in tool {kind!r} is not supported; this server runs function tools only",
+                    kind,
+                )
+        if data.get("store") is True:
+            raise located_error(
+                ("store",), "this server does not store responses; send store: false (or leave it out)", True
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if isinstance(self.input, list) and not self.input:
+            raise located_error(("input",), "input must hold at least one item", self.input)
+        if self.tool_choice is not None and not self.tools:
+            raise located_error(("tool_choice",), "tool_choice is only allowed when tools are given", self.tool_choice)
+        return self
+
+
+# ---- the response --------------------------------------------------------------------------------
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class OutputTextPart(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[TokenLogprob] | None = None
+
+
+class OutputMessage(BaseModel):
+    type: Literal["message"] = "message"
+    id: str
+    role: Literal["assistant"] = "assistant"
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[OutputTextPart]
+
+
+class OutputFunctionCall(BaseModel):
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ReasoningContent(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class OutputReasoning(BaseModel):
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[Any] = []
+    content: list[ReasoningContent]
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+OutputItem = Union[OutputMessage, OutputFunctionCall, OutputReasoning]
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseError(BaseModel):
+    code: str
+    message: str
+
+
+class Response(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    model: str
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    output: list[OutputItem]
+    output_text: str = ""  # the SDK's convenience property, also sent (as vLLM does)
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    metadata: dict[str, str] | None = None
+    max_output_tokens: int | None = None
+    parallel_tool_calls: bool
+    temperature: float | None = None
+    top_p: float | None = None
+    top_logprobs: int | None = None
+    tool_choice: Any
+    tools: list[dict[str, Any]]
+    text: dict[str, Any]
+    reasoning: dict[str, Any] | None = None
+    store: bool = False
+    user: str | None = None
+    usage: ResponseUsage | None = None

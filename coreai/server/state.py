@@ -1,0 +1,116 @@
+"""`ServerState`: what one server instance owns (the model, its settings, the generation worker,
+the grammar cache and the journal warm-up), its start and its orderly stop. The routes reach it as
+`request.app.state.server` (`coreai.server.routes`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from coreai.server import schemas as s
+from coreai.server.config import ServerConfig
+from coreai.server.constraints import Constraints
+from coreai.server.engine import Engine
+from coreai.server.prepare import Preparer
+from coreai.server.queue import Worker
+from guided import GrammarCache, get_tokenizer_info
+from guided.journal import GrammarJournal
+from runtime import Model
+
+log = logging.getLogger("coreai.server")
+
+JOIN_TIMEOUT = 60.0  # seconds: a cancelled row leaves within one forward pass or prefill chunk
+
+
+class GrammarWarmup:
+    """Records `cache`'s compiles in `journal`, and on `start` compiles the grammars recorded by
+    earlier runs on a background thread (a request for one of them meanwhile compiles it itself)."""
+
+    def __init__(self, cache: GrammarCache, journal: GrammarJournal):
+        self.cache, self.journal = cache, journal
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="grammar-journal", daemon=True)
+
+    def start(self) -> None:
+        self.cache.persist(self.journal)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """End the warm-up after the compile under way and wait for it (at most `timeout` seconds);
+        compiles are no longer recorded. Returns whether the thread has ended."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self.cache.persist(None)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        n = self.cache.warm(self.journal, stop=self._stop)
+        seconds = time.perf_counter() - t0
+        log.info("grammar journal: %d grammars compiled again in %.1f s (%s)", n, seconds, self.journal.dir)
+
+
+@dataclass
+class ServerState:
+    """One server instance. name: the model id clients send. worker: the generation thread, which
+    owns the engine. grammar_cache: the compiled grammars of this instance's sessions."""
+
+    model: Model
+    config: ServerConfig
+    name: str
+    card: s.ModelCard
+    worker: Worker
+    preparer: Preparer
+    grammar_cache: GrammarCache
+    warmup: GrammarWarmup | None
+    stopped: bool = field(default=False, init=False)
+
+    @classmethod
+    def build(cls, model: Model, config: ServerConfig, grammar_cache: GrammarCache | None = None) -> "ServerState":
+        """The state of a server for `model` (builds the grammar engine's view of the tokenizer: a few
+        seconds, once per tokenizer per process); nothing runs until `start`."""
+        name = config.model_name or model.name
+        engine = Engine(model, config.max_batch, config.prompt_cache_bytes)
+        cache = grammar_cache or GrammarCache()
+        try:
+            info = get_tokenizer_info(model.tokenizer, model.vocab_size, model.tokenizer.eos_ids)
+        except ValueError as exc:
+            log.warning("guided generation disabled: %s", exc)
+            info = None
+        warmup = None
+        if info is not None and config.grammar_journal:
+            warmup = GrammarWarmup(cache, GrammarJournal(config.grammar_journal, info))
+        return cls(
+            model=model,
+            config=config,
+            name=name,
+            card=s.ModelCard(id=name, created=int(time.time())),
+            worker=Worker(config.max_queue, config.max_batch, engine),
+            preparer=Preparer(model, config, Constraints(model, info, cache)),
+            grammar_cache=cache,
+            warmup=warmup,
+        )
+
+    def start(self) -> None:
+        self.worker.start()
+        if self.warmup is not None:
+            self.warmup.start()
+
+    def stop(self) -> None:
+        """Stop in order before the interpreter may exit, so MLX and llguidance are never torn down
+        under a running thread: the journal warm-up ends after its current compile, the worker stops
+        admitting, cancels its rows and is joined. Once: later calls do nothing."""
+        if self.stopped:
+            return
+        self.stopped = True
+        threads = [("generation", self.worker.close)]
+        if self.warmup is not None:
+            threads.insert(0, ("grammar-journal", self.warmup.stop))
+        for name, stop in threads:
+            if stop(JOIN_TIMEOUT):
+                log.info("the %s thread stopped", name)
+            else:
+                log.warning("the %s thread did not end within %.0f s", name, JOIN_TIMEOUT)

@@ -1,0 +1,307 @@
+"""One generating sequence: its bookkeeping (`Sequence`) and what it produces (`Delta`,
+`GenerationResult`, `Usage`, `Timings`). Shared by the single-sequence loop (`runtime.generate`)
+and the batched one (`runtime.batch`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+
+from runtime.stops import StopStrings
+from runtime.strategy import Step
+
+
+@dataclass
+class Timings:
+    """Seconds and tokens per second of one generation; peak_memory in bytes (MLX allocator)."""
+
+    ttft: float = 0.0
+    prefill_tps: float = 0.0
+    decode_tps: float = 0.0
+    total: float = 0.0
+    peak_memory: int = 0
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the prompt cache (not prefilled)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    usage: Usage
+    timings: Timings
+    forward_passes: int = 0  # passes that produced logits to sample from (the prompt's last one included)
+    forced_tokens: int = 0  # jump-forward tokens
+    drafted_tokens: int = 0  # speculative draft tokens scored by the model
+    accepted_tokens: int = 0  # draft tokens accepted (emitted without a pass of their own)
+    error: str | None = None
+    stop_string: str | None = None  # the stop string that ended the output (trimmed from `text`), if one did
+    parts: list[tuple[str | None, str]] = field(default_factory=list)  # `text` by channel (`Step.channels`)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Completion tokens per forward pass (1.0 without jump-forward or speculation)."""
+        return len(self.token_ids) / max(self.forward_passes, 1)
+
+
+@dataclass
+class Delta:
+    """One streamed piece. `text` never splits a UTF-8 character. The last delta of a stream has
+    `finish_reason` set and carries the `result`."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[mx.array | None] | None = None  # per token: [vocab] float32, None for a forced token
+    finish_reason: str | None = None
+    result: GenerationResult | None = field(default=None, repr=False)
+    parts: list[tuple[str | None, str]] = field(default_factory=list)  # `text` by channel, in order
+
+
+class Sequence:
+    """The bookkeeping of one generating sequence, shared by the single-sequence loop (`_generate`)
+    and the batched one (`runtime.batch`): applying a strategy's `Step` (trim counts for rejected
+    drafts and rollback, EOS, max_tokens, cancel), what to feed the model next, what text to emit
+    (detokenizer, stop strings), and the final `GenerationResult`. It touches neither the model nor
+    the KV cache: the loop feeds `next_feed()` and trims what `apply()` returns.
+
+    Per step the loop calls, in this order: `apply(step)` (then trims the KV cache), `next_feed()`
+    unless `finish` is set (then launches the forward pass), `emit()` (CPU work overlapping the pass).
+
+    prompt_ids: the prompt (non-empty). reused: prompt tokens taken from a prompt cache (not
+    prefilled). start: `time.perf_counter()` when the request started (seconds).
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        stop: list[str] | None = None,
+        cancel: threading.Event | None = None,
+        reused: int = 0,
+        start: float | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self.prompt_len = len(prompt_ids)
+        self.max_tokens = max_tokens
+        self.cancel = cancel
+        self.reused = reused
+        self.start = time.perf_counter() if start is None else start
+        self.first: float | None = None  # when the first step was applied (TTFT)
+        self.out: list[int] = []
+        self.labels: list[str | None] = []  # the channel of each output token (`Step.channels`)
+        self.text_parts: list[tuple[str | None, str]] = []
+        self.stats = dict(forward_passes=1, forced_tokens=0, drafted_tokens=0, accepted_tokens=0)
+        self.detok = tokenizer.detokenizer()
+        self.stops = StopStrings(stop)
+        self.finish: str | None = None
+        self.error: str | None = None
+        self.stop_string: str | None = None
+        self.step: Step | None = None  # the step applied last
+        self.appended: list[int] = []  # the tokens it appended to the output
+        self.drafted = 0  # draft tokens fed in the last forward pass
+        self.held: list[tuple[int, mx.array | None]] = []  # output not streamed yet (Step.hold), with logprobs
+        # Stop strings: tokens not reported yet, the content characters past the reported tokens, and
+        # the token before them (decoding context).
+        self.unreported: list[tuple[int, mx.array | None]] = []
+        self.unreported_chars = 0
+        self.reported_last = prompt_ids[-1]
+        self.last_prompt_token = prompt_ids[-1]
+        self.refeed = False  # the last step appended nothing: score the last kept token again
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def apply(self, step: Step) -> int:
+        """Apply one strategy step to the output (rejected draft, rollback, new tokens, EOS,
+        max_tokens, the strategy's finish, cancel). Returns how many tokens to trim from the end of
+        this sequence's KV cache (the rejected draft tokens, then the rolled-back ones)."""
+        if self.first is None:
+            self.first = time.perf_counter()
+        self.step = step
+        trim = self.drafted - step.verified
+        self.stats["accepted_tokens"] += step.verified
+        if step.rollback:
+            if step.rollback > len(self.held):
+                raise RuntimeError(f"the strategy rolled back {step.rollback} tokens; {len(self.held)} were held back")
+            del self.out[len(self.out) - step.rollback :], self.held[len(self.held) - step.rollback :]
+            del self.labels[len(self.labels) - step.rollback :]
+            trim += step.rollback
+        self.stats["forced_tokens"] += step.forced
+        appended: list[int] = []
+        for t in step.tokens:
+            if t in self.tokenizer.eos_ids:
+                self.finish = "stop"
+                break
+            appended.append(t)
+            if len(self.out) + len(appended) >= self.max_tokens:
+                break
+        self.out.extend(appended)
+        self.labels += [None] * len(appended)
+        self.appended = appended
+        rows = [] if step.logprobs is None else list(step.logprobs)  # the sampled tokens' rows; forced ones have none
+        self.held += [(t, rows[j] if j < len(rows) else None) for j, t in enumerate(appended)]
+        if step.channels:
+            labels = step.channels[: len(step.channels) - (len(step.tokens) - len(appended))]  # tokens not appended
+            if len(labels) > len(self.held):
+                raise RuntimeError(f"the strategy labelled {len(labels)} tokens; {len(self.held)} are held back")
+            if labels:
+                self.labels[len(self.labels) - len(labels) :] = labels
+        if self.finish is None and step.finish:
+            self.finish, self.error = step.finish, step.message
+        if self.finish is None and len(self.out) >= self.max_tokens:
+            self.finish = "length"
+        if self.finish is None and self.cancelled:
+            self.finish = "cancelled"
+        self.refeed = self.finish is None and not appended
+        return trim + self.refeed
+
+    def next_feed(self, max_draft: int | None = None) -> tuple[list[int], int]:
+        """The tokens of the next forward pass and how many logits rows the strategy needs from its
+        end: (the appended tokens not already in the KV cache + the draft, 1 + draft length). The
+        draft is cut at the token budget and at `max_draft` (None: no limit)."""
+        step = self.step
+        room = self.max_tokens - len(self.out) - 1  # a draft never runs past the budget
+        draft = step.draft[: room if max_draft is None else min(room, max_draft)]
+        self.drafted = len(draft)
+        self.stats["forward_passes"] += 1
+        self.stats["drafted_tokens"] += self.drafted
+        if self.refeed:
+            return [self.out[-1] if self.out else self.last_prompt_token] + draft, self.drafted + 1
+        return self.appended[step.verified :] + draft, self.drafted + 1
+
+    def emit(self) -> Delta | None:
+        """The text of the tokens released by the last step, as a `Delta` (the last one, with the
+        result, when the sequence finished), or None when there is nothing to stream. The last
+        `Step.hold` tokens wait (the strategy may still roll them back). Token by token, so a stop
+        string ends the output at the token that completes it, also when one step appended several
+        (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop"."""
+        release = len(self.held) if self.finish is not None else max(0, len(self.held) - self.step.hold)
+        base = len(self.out) - len(self.held)  # the output index of the first held token
+        emitted, self.held = self.held[:release], self.held[release:]
+        parts: list[tuple[str | None, str]] = []
+        streamed = []
+        label = self.labels[base - 1] if base else None
+        for i, entry in enumerate(emitted):
+            self.detok.add_token(entry[0])
+            segment = self.detok.last_segment
+            piece, hit = self.stops.feed(segment)
+            label = self.labels[base + i]
+            _add_part(parts, label, piece)
+            streamed += self._stream_tokens(entry, len(piece), hit)
+            if hit:
+                self.finish, self.stop_string = "stop", hit
+                cut = len(self.out) - (len(emitted) - i - 1) - len(self.held)
+                del self.out[cut:], self.labels[cut:]
+                self.held = []
+                break
+        else:
+            if self.finish is not None:
+                self.detok.finalize()
+                segment = self.detok.last_segment
+                piece, hit = self.stops.feed(segment)
+                piece = piece if hit else piece + self.stops.flush()
+                _add_part(parts, label, piece)
+                streamed += self._stream_tokens(None, len(piece), hit)
+                if hit:
+                    self.finish, self.stop_string = "stop", hit
+        for part in parts:
+            _add_part(self.text_parts, *part)
+        text = "".join(t for _, t in parts)
+        ids, logprobs = [t for t, _ in streamed], [row for _, row in streamed]
+        if self.finish is not None:
+            return Delta(text, ids, logprobs, self.finish, self.result(), parts)
+        return Delta(text, ids, logprobs, parts=parts) if text or ids else None
+
+    def _stream_tokens(self, entry, out_chars: int, hit: bool) -> list:
+        """The tokens to report now (`Delta.token_ids`, logprobs): a token is reported iff all of its
+        text is in the content, so the reported tokens' text is always a prefix of the content (no
+        token of a stop string, nor one it cuts through). `entry`: the token and its logprobs (None:
+        the detokenizer's last bytes); `out_chars`: characters the stop matcher let out with it."""
+        if not self.stops.stops:
+            return [entry] if entry is not None else []
+        if entry is not None:
+            self.unreported.append(entry)
+        self.unreported_chars += out_chars
+        if not hit and self.finish is not None and entry is None:  # the end: all the text is out
+            out, self.unreported = self.unreported, []
+            return out
+        # Token ends are measured on the decoded text (one token of context before, so a leading
+        # space is kept): the detokenizer's segments lag behind tokens (a lone space, an incomplete
+        # UTF-8 character, SentencePiece words wait for the next token), so they cannot say whose
+        # text a character is. A token ending inside a character ends where that character does.
+        ids = [self.reported_last] + [t for t, _ in self.unreported]
+        before = len(self._decode(ids[:1]))
+        release, ends = 0, 0
+        for k in range(1, len(ids)):
+            text = self._decode(ids[: k + 1])
+            if text.endswith("\ufffd"):
+                continue
+            if len(text) - before > self.unreported_chars:
+                break
+            release, ends = k, len(text) - before
+        out, self.unreported = self.unreported[:release], self.unreported[release:]
+        if out:
+            self.reported_last = out[-1][0]
+            self.unreported_chars -= ends
+        if hit:  # the content is final: the rest is never reported
+            self.unreported = []
+        return out
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.hf.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def end(self, finish: str, error: str | None = None) -> Delta:
+        """End the sequence outside a step (cancelled during prefill, failed): the last `Delta`."""
+        self.finish, self.error = finish, error
+        return Delta("", [], finish_reason=finish, result=self.result())
+
+    def result(self) -> GenerationResult:
+        now = time.perf_counter()
+        first, out = self.first, self.out
+        ttft = (first or now) - self.start
+        decode_time = now - (first or now)
+        timings = Timings(
+            ttft=ttft,
+            prefill_tps=(self.prompt_len - self.reused) / max(ttft, 1e-9) if first else 0.0,
+            decode_tps=(len(out) - 1) / decode_time if len(out) > 1 and decode_time > 0 else 0.0,
+            total=now - self.start,
+            peak_memory=mx.get_peak_memory(),
+        )
+        usage = Usage(self.prompt_len, len(out), self.reused)
+        return GenerationResult(
+            "".join(t for _, t in self.text_parts),
+            out,
+            self.finish,
+            usage,
+            timings,
+            error=self.error,
+            stop_string=self.stop_string,
+            parts=list(self.text_parts),
+            **self.stats,
+        )
+
+
+def _add_part(parts: list, label: str | None, text: str) -> None:
+    """Append `text` under `label`, joined to the last part when it has the same label."""
+    if not text:
+        return
+    if parts and parts[-1][0] == label:
+        parts[-1] = (label, parts[-1][1] + text)
+    else:
+        parts.append((label, text))
