@@ -49,7 +49,7 @@ class ConstrainedSession:
     jump_forward (True): append grammar-forced tokens without sampling.
     speculative (None): the default for `stream`/`generate`: "prompt_lookup", "draft" (the model's
         `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
-    max_draft (8): the longest speculative draft (the bitmask has max_draft + 1 rows).
+    max_draft (32): the longest speculative draft (the bitmask has max_draft + 1 rows, 19 KB each for Qwen).
     max_retries (8): validate-and-rollback retries per generation, for keywords the grammar cannot
         express (`compiled.validated`, see `guided.checker`); past it the generation ends in "error".
     check: an extra final check of the output text, `check(text) -> list of errors` (the server
@@ -90,7 +90,7 @@ class ConstrainedSession:
         lenient: bool = False,
         jump_forward: bool = True,
         speculative=None,
-        max_draft: int = 8,
+        max_draft: int = 32,
         max_retries: int = 8,
         check: Callable[[str], list[str]] | None = None,
         max_reasoning_tokens: int = 1024,

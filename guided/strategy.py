@@ -85,7 +85,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         bitmask: TokenBitmask | None = None,
         jump_forward: bool = True,
         want_logprobs: bool = False,
-        max_draft: int = 8,
+        max_draft: int = 32,
         reasoning: ReasoningPlan | None = None,
         max_retries: int = 8,
         tracker: CallTracker | None = None,

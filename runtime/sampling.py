@@ -31,11 +31,13 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
+import time
 from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
 
+from runtime.draft_cost import DraftCostModel
 from runtime.errors import ParameterError
 from runtime.strategy import Drafter, Step
 
@@ -183,7 +185,8 @@ class TokenHistory:
 
 class SamplingStrategy:
     """The default strategy: processors -> `mask` -> log-softmax -> sampler, with speculative
-    verification of drafts and an adaptive draft length.
+    verification of drafts, each step's draft length chosen by a `runtime.draft_cost.DraftCostModel`
+    from the wall time between steps (per feed width) and the recent acceptance.
 
     params: sampling settings. want_logprobs: return the log-probabilities of sampled tokens in
     `Step.logprobs`. max_draft: the longest draft (tokens per forward pass - 1); 0 disables drafting.
@@ -197,7 +200,7 @@ class SamplingStrategy:
         self,
         params: SamplingParams | None = None,
         want_logprobs: bool = False,
-        max_draft: int = 8,
+        max_draft: int = 32,
         padding_mask: mx.array | None = None,
     ):
         self.params = params or SamplingParams()
@@ -207,7 +210,9 @@ class SamplingStrategy:
         self.history = TokenHistory(self.params.repetition_context_size)
         self.want_logprobs = want_logprobs
         self.max_draft = max_draft
-        self.draft_len = min(4, max_draft)
+        self.costs = DraftCostModel(max_draft)
+        self._mark: float | None = None  # time.perf_counter() at the last draft decision
+        self._base = 1  # new tokens (not drafts) of the pass launched after it
         self.drafter: Drafter | None = None
         self.context: list[int] = []  # prompt + output: what drafters match against
         self.draft: list[int] = []  # proposed last step, awaiting verification
@@ -240,8 +245,7 @@ class SamplingStrategy:
         normalize = self.want_logprobs or self.sampler.temperature > 0
         logprobs = self.logprobs(logits, fed, normalize)
         n, token = self.sampler.verify(logprobs, fed, len(self.context))
-        if fed:  # grow the draft while every token is accepted, cut it back to what was
-            self.draft_len = min(self.max_draft, self.draft_len * 2) if n == len(fed) else max(1, n + 1)
+        self.costs.observe_draft(len(fed), n)
         step = self.advance(fed[:n], token)
         if self.want_logprobs:
             step.logprobs = logprobs[: min(n + 1, len(step.tokens) - step.forced)]
@@ -249,9 +253,22 @@ class SamplingStrategy:
         self.context.extend(step.tokens)
         self.draft = []
         if self.drafter is not None and step.finish is None:
-            self.draft = self.check_draft(self.drafter.propose(self.context, self.draft_len))
+            self.draft = self._next_draft(step, len(fed))
         step.draft = self.draft
         return step
+
+    def _next_draft(self, step: Step, fed: int) -> list[int]:
+        """The draft to feed after `step` (`fed`: draft tokens of the pass just verified). The time
+        since the last decision is one loop cycle of that pass (its forward pass, mask fills,
+        verification, the drafter's proposal): the cost model's measurement of its width."""
+        now = time.perf_counter()
+        if self._mark is not None:
+            self.costs.observe_pass(self._base + fed, now - self._mark)
+        self._mark = now
+        self._base = max(1, len(step.tokens) - step.verified)  # a step with no new tokens re-feeds one
+        k = self.costs.choose(self._base)
+        draft = self.check_draft(self.drafter.propose(self.context, k)) if k else []
+        return draft[: self.costs.keep(len(draft), self._base)]
 
     def logprobs(self, logits: mx.array, draft: list[int], normalize: bool = True) -> mx.array:
         """logits [1 + len(draft), vocab] -> processed, masked log-probabilities, same shape, float32

@@ -1,9 +1,10 @@
 """Draft sources for speculative decoding (the `Drafter` protocol of `runtime.strategy`).
 
-- `PromptLookup`: n-gram match of the last tokens against the prompt and the output so far; the
-  tokens that followed the most recent match are the draft (Saxena 2023, "prompt lookup decoding";
-  vLLM's `ngram` speculator). No extra model; pays where the output copies its input (extraction,
-  tool calls, code edits).
+- `PromptLookup`: the longest suffix of the prompt and output so far that occurred before in them
+  (a suffix automaton), and the tokens that followed its most recent occurrence are the draft
+  (prompt lookup decoding, Saxena 2023, without its fixed n-gram; vLLM's `ngram` speculator;
+  SuffixDecoding). No extra model; pays where the output copies its input (extraction, tool calls,
+  code edits).
 - `DraftModel`: a smaller model sharing the target's tokenizer decodes greedily ahead (as mlx-lm's
   `speculative_generate_step`), with its own KV cache kept in step with the accepted tokens.
 
@@ -17,25 +18,96 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 
 
 class PromptLookup:
-    """Drafts by n-gram lookup. max_ngram / min_ngram: the longest and shortest suffix of the
-    context matched (longest first); the most recent earlier occurrence wins."""
+    """Drafts the continuation of the longest suffix of the context that occurred before in it.
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        if not 1 <= min_ngram <= max_ngram:
+    A suffix automaton (Blumer et al. 1985; the structure of SuffixDecoding, Oliaro et al. 2024,
+    arXiv:2411.04975) indexes all but the last token of the context: built once when a generation
+    starts (the prompt, O(len) time and memory), extended by each new token (amortized O(1)), and
+    rebuilt only when the context is not an extension of what it indexed (a rollback, another
+    generation). The draft is what followed the most recent occurrence of the longest matching
+    suffix: up to `n` tokens, so a copied 20-token span is drafted whole, not 3 tokens at a time.
+
+    max_ngram: the longest suffix matched (None: any length; a shorter match is searched among more
+    occurrences, so the most recent one may differ). min_ngram: the shortest match worth drafting
+    from. Raises ValueError unless 1 <= min_ngram <= max_ngram. Not thread-safe; one per generation
+    (the server's engine and `Model.generate` make one per request).
+    """
+
+    # The most recent end position is kept exact along at most this many suffix links per new
+    # token (the link path is as long as the repeats at the end of the text; a repetitive text
+    # could make it long); past it a state keeps an older occurrence, still a true one.
+    RECENCY_DEPTH = 64
+
+    def __init__(self, max_ngram: int | None = None, min_ngram: int = 1):
+        if not 1 <= min_ngram <= (max_ngram or min_ngram):
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tokens: list[int] = []  # what the automaton indexes: the context but its last token
+        self.next: list[dict[int, int]] = [{}]  # state -> {token: state}; state 0 is the empty string
+        self.link: list[int] = [-1]  # suffix links
+        self.length: list[int] = [0]  # the longest string of each state (tokens)
+        self.last_end: list[int] = [-1]  # the most recent end position of its strings in `tokens`
+        self.last = 0  # the state of all of `tokens`
+
+    def _extend(self, token: int) -> None:
+        """Append `token` to the index (the standard online construction)."""
+        nxt, link, length, last_end = self.next, self.link, self.length, self.last_end
+        pos = len(self.tokens)
+        self.tokens.append(token)
+        cur = len(length)
+        nxt.append({}), link.append(0), length.append(length[self.last] + 1), last_end.append(pos)
+        p = self.last
+        while p != -1 and token not in nxt[p]:
+            nxt[p][token] = cur
+            p = link[p]
+        if p != -1:
+            q = nxt[p][token]
+            if length[p] + 1 == length[q]:
+                link[cur] = q
+            else:
+                clone = len(length)
+                nxt.append(dict(nxt[q])), link.append(link[q]), length.append(length[p] + 1)
+                last_end.append(last_end[q])
+                while p != -1 and nxt[p].get(token) == q:
+                    nxt[p][token] = clone
+                    p = link[p]
+                link[q] = link[cur] = clone
+        self.last = cur
+        s, depth = link[cur], 0  # every suffix of the text now also ends at pos
+        while s > 0 and depth < self.RECENCY_DEPTH:
+            last_end[s], s, depth = pos, link[s], depth + 1
+
+    def _sync(self, context: list[int]) -> None:
+        """Index `context[:-1]`, extending the automaton when the context grew from what it indexed."""
+        m = len(self.tokens)
+        if len(context) <= m or context[:m] != self.tokens:
+            self._reset()
+        for token in context[len(self.tokens) : -1]:
+            self._extend(token)
 
     def propose(self, context: list[int], n: int) -> list[int]:
-        if n < 1:
+        if n < 1 or len(context) < 2:
             return []
-        for size in range(min(self.max_ngram, len(context) - 1), self.min_ngram - 1, -1):
-            suffix = context[-size:]
-            first = suffix[0]
-            # Scan backwards so the most recent match (the likeliest continuation) wins.
-            for start in range(len(context) - size - 1, -1, -1):
-                if context[start] == first and context[start : start + size] == suffix:
-                    return context[start + size : start + size + n]
-        return []
+        self._sync(context)
+        # The longest suffix of the context occurring in context[:-1]: the longest suffix of
+        # context[:-1] followed there by the last token, plus that token.
+        token, p = context[-1], self.last
+        while p != -1 and token not in self.next[p]:
+            p = self.link[p]
+        if p == -1:
+            return []
+        match, state = self.length[p] + 1, self.next[p][token]
+        if self.max_ngram is not None and match > self.max_ngram:
+            while self.length[self.link[state]] >= self.max_ngram:  # the state holding that suffix
+                state = self.link[state]
+            match = self.max_ngram
+        if match < self.min_ngram:
+            return []
+        end = self.last_end[state]
+        return context[end + 1 : end + 1 + n]
 
 
 class DraftModel:

@@ -136,3 +136,18 @@ def test_server_bench_steady_window_leaves_out_the_tail():
     assert steady_window(results, 2) == (0.1, 6.0)
     # Inside [0.1, 6.0]: all of the first three requests (12 chunks), none of the last one.
     assert steady_tps(results, 2) == pytest.approx(12 / 5.9)
+
+
+def test_speculative_step_split_tiny(tiny_model):
+    """The step split times every part of a guided speculative generation on the tiny model: the
+    parts add up to the whole, one draft length per step (not how fast)."""
+    from benchmarks.speculative import PARTS, split_markdown, step_split
+    from conformance.common import machine
+
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
+    split = step_split(tiny_model, "Copy the city: Berlin Berlin Berlin Berlin.", schema, 16)
+    assert list(split["parts"]) == list(PARTS) and split["steps"] == len(split["draft_lengths"]) >= 1
+    assert sum(p["share"] for p in split["parts"].values()) == pytest.approx(1.0)
+    assert all(p["seconds"] >= 0 for p in split["parts"].values()) and split["parts"]["forward"]["seconds"] > 0
+    split.update(case="city", loadavg=(0.0, 0.0, 0.0))
+    assert "| forward |" in split_markdown(split, machine())

@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 
 from guided import ConstrainedSession  # noqa: E402
 from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, make_drafter  # noqa: E402
+from runtime.draft_cost import DraftCostModel  # noqa: E402
 
 INVOICE = (
     "Invoice INV-2291 from Northwind Traders, 1200 Harbor Boulevard, Seattle. Bill to: Ada Lovelace, "
@@ -221,3 +222,93 @@ def test_a_stop_string_ends_the_tokens_too(qwen_model):
     assert streamed == [t for d in slow for t in d.token_ids]
     # The tokens that only spell the stop string are generated (usage) but not streamed.
     assert streamed == fast.token_ids[: len(streamed)] and len(streamed) < len(fast.token_ids)
+
+
+# -- the draft cost model and the suffix drafter (deterministic: injected costs and acceptance) --------
+
+IDLE = {1: 0.266, 2: 0.247, 4: 0.288, 8: 0.320, 16: 0.389, 32: 0.556}  # the issue's idle CPU pass costs (s)
+
+
+def _costs(model: DraftCostModel, table: dict, times: int = 8) -> None:
+    for _ in range(times):
+        for width, seconds in table.items():
+            model.observe_pass(width, seconds)
+
+
+def test_expected_tokens_follow_the_geometric_acceptance_model():
+    model = DraftCostModel(8, prior_acceptance=0.5)
+    assert model.expected_tokens(0) == 1 and model.expected_tokens(2) == pytest.approx(1.75)
+    for _ in range(50):
+        model.observe_draft(4, 4)  # every draft accepted whole: a -> 1, E(k) -> k + 1
+    assert model.acceptance > 0.97 and model.expected_tokens(8) > 8
+    with pytest.raises(ValueError, match="decay"):
+        DraftCostModel(8, decay=0)
+
+
+def test_low_acceptance_means_no_draft():
+    model = DraftCostModel(32)
+    _costs(model, IDLE)
+    for _ in range(20):
+        model.observe_draft(8, 0)  # free prose: the first draft token is rejected
+    assert model.best(base=1) == 0
+    assert [model.choose(1) for _ in range(model.probe_every - 1)] == [0] * (model.probe_every - 1)
+
+
+def test_cheap_wide_passes_and_high_acceptance_mean_long_drafts():
+    model = DraftCostModel(32)
+    _costs(model, IDLE)
+    for _ in range(20):
+        model.observe_draft(16, 16)  # the output copies the prompt
+    assert model.best(base=1) >= 16
+    assert model.rate(model.best(1), 1) > 2 * model.rate(0, 1)
+    # the same acceptance with a pass cost growing in proportion to its width: a draft never pays
+    linear = DraftCostModel(32)
+    _costs(linear, {w: 0.25 * w for w in IDLE})
+    for _ in range(20):
+        linear.observe_draft(16, 12)
+    assert linear.best(base=1) == 0
+
+
+def test_a_loaded_machine_gets_shorter_drafts_and_a_quiet_one_is_seen_again():
+    model = DraftCostModel(32, probe_every=8)
+    _costs(model, IDLE)
+    for _ in range(20):
+        model.observe_draft(12, 9)
+    idle = model.best(base=1)
+    loaded = {1: 0.3, 2: 0.32, 4: 0.45, 8: 0.9, 16: 1.8, 32: 3.6}  # flat, then steep: the cores are shared
+    _costs(model, loaded)
+    busy = model.best(base=1)
+    assert 0 < busy < idle
+    # Quiet again: only the chosen width is measured from now on (the wide buckets keep their loaded
+    # costs) until a probe feeds a wider pass and finds it cheap again.
+    chosen = []
+    for _ in range(40):
+        k = model.choose(1)
+        chosen.append(k)
+        model.observe_pass(1 + k, 0.266 + 0.009 * k)  # the idle curve
+        model.observe_draft(k, k - 1)
+    assert chosen[0] == busy and max(chosen) == 32
+    assert model.best(base=1) >= idle
+
+
+def test_jump_forward_tokens_in_the_pass_are_part_of_its_cost():
+    """A pass already 16 tokens wide (forced tokens) has less room before the cost curve turns steep."""
+    model = DraftCostModel(32)
+    _costs(model, {1: 0.3, 2: 0.3, 4: 0.3, 8: 0.31, 16: 0.35, 32: 1.4})
+    for _ in range(20):
+        model.observe_draft(8, 7)
+    assert model.best(base=16) < model.best(base=1)
+
+
+def test_prompt_lookup_drafts_the_whole_copied_span():
+    span = list(range(100, 120))
+    prompt = [1, 2, 3] + span + [4, 5, 1, 2]
+    lookup = PromptLookup()
+    context = prompt + span[:2]  # the output started copying the span
+    rest = span[2:] + [4, 5, 1, 2] + span[:2]  # the continuation runs on into the output itself
+    assert lookup.propose(context, 32) == rest and lookup.propose(context, 5) == rest[:5]
+    assert PromptLookup(max_ngram=3).propose(context, 32) == rest
+    for token in span[2:6]:  # extended token by token: the same answers as a fresh index
+        context = context + [token]
+        assert lookup.propose(context, 8) == PromptLookup().propose(context, 8)
+    assert lookup.propose(context[:-3], 4) == span[3:7]  # a shorter context (a rollback) re-indexes
