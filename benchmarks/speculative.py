@@ -103,7 +103,7 @@ def step_split(model, messages, schema, max_tokens: int) -> dict:
     (ms, mean), the output's counters and validity."""
     from guided import ConstrainedSession, check_json
     from runtime import PromptCache, PromptLookup
-    from runtime.generate import Sequence
+    from runtime.sequence import Sequence
 
     session = ConstrainedSession(model, schema=schema)
     strategy = session.strategy()
