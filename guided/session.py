@@ -17,17 +17,17 @@ from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
 from guided.enforcement import KeywordEnforcement, enforcement
 from guided.errors import GrammarError
+from guided.result import GuidedResult
 from guided.schema_prompt import SCHEMA_IN_PROMPT, describe_schema, with_schema_description
 from guided.spec import JSON_KINDS, make_spec
-from guided.result import GuidedResult
 from guided.strategy import ConstrainedDecodingStrategy
 from guided.tokenizer_info import get_tokenizer_info
 from guided.toolcalls import CallTracker, ToolCall
 from guided.tools import ToolConstraint, tool_constraint
 from guided.validation import check_json
-from runtime.sequence import Delta, GenerationResult
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
 from runtime.sampling import SamplingParams
+from runtime.sequence import Delta, GenerationResult
 from runtime.speculative import make_drafter
 
 

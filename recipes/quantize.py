@@ -36,9 +36,8 @@ import fnmatch
 import io
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
-
 from importlib import resources
+from pathlib import Path
 
 from .errors import ExportError
 

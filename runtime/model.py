@@ -15,9 +15,9 @@ from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from runtime.errors import ModelNotFound
 from runtime.generate import stream_tokens
-from runtime.sequence import Delta, GenerationResult
 from runtime.prompt_cache import PromptCache
 from runtime.sampling import SamplingParams, SamplingStrategy
+from runtime.sequence import Delta, GenerationResult
 from runtime.speculative import make_drafter
 from runtime.strategy import DecodingStrategy
 from runtime.tokenizer import Tokenizer

@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import re
 import threading
+from functools import partial
 from pathlib import Path
 
 import tokenizers
-
-from functools import partial
-
 from mlx_lm import tokenizer_utils
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import _tokenizer_defaults, load_tokenizer

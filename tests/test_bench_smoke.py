@@ -76,8 +76,8 @@ def test_outlines_vocabulary_bytes():
 def test_speculative_bench_tiny(tiny_model):
     """The speculative bench runs a guided case and a free-prose case on the tiny model and reports the
     speculative outputs identical to the non-speculative ones, with its counters (not how fast)."""
-    from benchmarks.guided import speculative_markdown
     from benchmarks.generation import format_guided_table, mismatches, run_guided_bench
+    from benchmarks.guided import speculative_markdown
     from conformance.common import machine
 
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}

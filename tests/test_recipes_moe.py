@@ -7,12 +7,11 @@ The checkpoints are width 64, 2 layers, 4 experts (2 active): each export takes 
 
 from __future__ import annotations
 
-
 import pytest
+from test_recipes import VOCAB, _assert_parity, _tiny_checkpoint
 
 import coreai  # noqa: F401 - system BLAS before mlx.core
 from recipes import export
-from test_recipes import VOCAB, _assert_parity, _tiny_checkpoint
 
 # openai/gpt-oss-20b config.json rope_scaling (there with "truncate": false).
 GPT_OSS_YARN = {

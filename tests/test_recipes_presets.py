@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_recipes import _hf_config, _tiny_checkpoint
 
 import coreai  # noqa: F401 - system BLAS before mlx.core
 from coreai import store
 from coreai.cli import main
 from recipes import ExportError, SourceError, export
 from recipes.presets import PRESETS, output_name
-from test_recipes import _hf_config, _tiny_checkpoint
 
 # Issue 28's rows: every preset of the reference registry (macOS), plus the two offline rows.
 ROWS = {

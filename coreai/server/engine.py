@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
 
+from coreai.server.queue import Job
 from guided import ConstrainedSession
 from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
 from runtime.reasoning import ReasoningPlan
-from coreai.server.queue import Job
 
 log = logging.getLogger("coreai.server")
 

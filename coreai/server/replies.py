@@ -8,7 +8,8 @@ import time
 import uuid
 from typing import AsyncIterator
 
-from coreai.server import reply_schemas as o, schemas as s
+from coreai.server import reply_schemas as o
+from coreai.server import schemas as s
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job

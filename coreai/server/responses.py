@@ -23,12 +23,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
+from coreai.server import reply_schemas as o
 from coreai.server import responses_schemas as r
-from coreai.server import reply_schemas as o, routes, schemas as s
-from coreai.server.responses_schemas import new_id
+from coreai.server import routes
+from coreai.server import schemas as s
 from coreai.server.constraints import enforcement_headers
 from coreai.server.errors import APIError, validation_error
 from coreai.server.replies import ChatReply, usage_info
+from coreai.server.responses_schemas import new_id
 from coreai.server.responses_stream import events, sse_events
 from coreai.server.state import ServerState
 from coreai.server.streaming import collect

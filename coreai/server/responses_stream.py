@@ -18,8 +18,8 @@ import logging
 from typing import AsyncIterator
 
 from coreai.server import responses_schemas as r
-from coreai.server.responses_schemas import new_id
 from coreai.server.queue import Job
+from coreai.server.responses_schemas import new_id
 
 log = logging.getLogger("coreai.server")
 

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from coreai.server import reply_schemas as o, schemas as s
+from coreai.server import reply_schemas as o
+from coreai.server import schemas as s
 from coreai.server.constraints import enforcement_headers
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import APIError, bad_request
