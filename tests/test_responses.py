@@ -16,6 +16,7 @@ from test_reasoning import SCHEMA as OK_SCHEMA, qwen3  # noqa: F401 - the tiny r
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
+from coreai.server.response_store import ResponseStore, output_messages
 from coreai.server.responses import ResponseBuilder
 from coreai.server.responses_schemas import OutputMessage, OutputTextPart, ResponseCreateRequest
 from runtime import GenerationResult, Timings, Usage
@@ -161,9 +162,7 @@ def test_input_items_are_rendered(tiny):
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]", "function_call_output"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "user"),
         ({"input": []}, "input", "at least one item"),
-        ({"previous_response_id": "resp_1"}, "previous_response_id", "does not support"),
         ({"background": True}, "background", "does not support"),
-        ({"store": True}, "store", "does not store"),
         ({"include": ["file_search_call.results"]}, "include[0]", "message.output_text.logprobs"),
         ({"max_output_tokens": 100000}, "max_output_tokens", "max_output_tokens must be <= 480"),
         ({"tool_choice": "required"}, "tool_choice", "only allowed when tools"),
@@ -260,3 +259,69 @@ def test_qwen_agents_sdk_structured_output(qwen):
     agents.set_tracing_disabled(True)
     result = agents.Runner.run_sync(agent, "Ada Lovelace was 36.")
     assert isinstance(result.final_output, Person) and result.final_output.age == 36
+
+
+# ---- the store: previous_response_id, GET and DELETE ---------------------------------------------
+
+
+def test_a_stored_response_is_retrieved_continued_and_deleted(tiny):
+    """A response is stored by default: GET gives it back as sent, a follow-up with
+    `previous_response_id` renders the earlier turn (more input tokens, the conversation's prefix
+    from the prefix cache), DELETE forgets it, and its id is then a 404 in the OpenAI shape."""
+    api = client(tiny)
+    first = api.responses.create(model="tiny", input="Name a colour.", max_output_tokens=8)
+    assert first.store and api.responses.retrieve(first.id).model_dump() == first.model_dump()
+    follow = api.responses.create(
+        model="tiny", input="And another one?", previous_response_id=first.id, max_output_tokens=8
+    )
+    assert follow.previous_response_id == first.id
+    assert follow.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert follow.usage.input_tokens_details.cached_tokens > first.usage.input_tokens // 2
+    api.responses.delete(first.id)
+    for call in (lambda: api.responses.retrieve(first.id), lambda: api.responses.delete(first.id)):
+        with pytest.raises(openai.NotFoundError) as error:
+            call()
+        assert error.value.body["code"] == "response_not_found"
+    gone = httpx.post(
+        tiny + "/v1/responses", json={"model": "tiny", "input": "x", "previous_response_id": first.id}, timeout=60
+    )
+    assert gone.status_code == 404 and gone.json()["error"]["param"] == "previous_response_id"
+
+
+def test_store_false_keeps_nothing(tiny):
+    r = client(tiny).responses.create(model="tiny", input="Hi.", max_output_tokens=2, store=False)
+    assert not r.store
+    assert httpx.get(tiny + f"/v1/responses/{r.id}", timeout=60).status_code == 404
+
+
+def test_a_streamed_response_is_stored_too(tiny):
+    events = list(client(tiny).responses.create(model="tiny", input="Hi.", max_output_tokens=4, stream=True))
+    final = events[-1].response
+    assert client(tiny).responses.retrieve(final.id).output_text == final.output_text
+
+
+def test_the_store_is_bounded_by_count_and_bytes():
+    store = ResponseStore(max_count=2, max_bytes=10_000)
+    for i in range(3):
+        store.put({"id": f"r{i}", "output": []}, [{"role": "user", "content": "x"}])
+    assert store.get("r0") is None and store.get("r1") and store.get("r2") and len(store) == 2
+    store.get("r1")  # now the most recently used: r2 goes first
+    store.put({"id": "r3", "output": []}, [])
+    assert store.get("r2") is None and store.get("r1") and store.get("r3")
+    store.put({"id": "big", "output": []}, [{"role": "user", "content": "y" * 20_000}])
+    assert store.get("big") is None and len(store) == 2  # larger than the bound alone: not kept
+    store.put({"id": "half", "output": []}, [{"role": "user", "content": "z" * 9_920}])
+    assert store.get("half") and len(store) == 1  # the bytes bound evicted the others
+    assert output_messages(
+        [
+            {"type": "reasoning", "content": []},
+            {"type": "message", "content": [{"type": "output_text", "text": "ok"}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        ]
+    ) == [
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        }
+    ]

@@ -30,6 +30,7 @@ from coreai.server import schemas as s
 from coreai.server.constraints import enforcement_headers
 from coreai.server.errors import APIError, validation_error
 from coreai.server.replies import ChatReply, usage_info
+from coreai.server.response_store import output_messages
 from coreai.server.responses_schemas import new_id
 from coreai.server.responses_stream import events, sse_events
 from coreai.server.state import ServerState
@@ -74,11 +75,21 @@ def _text(content) -> str:
     return content if isinstance(content, str) else "".join(p.text for p in content)
 
 
-def chat_messages(req: r.ResponseCreateRequest) -> list[dict]:
-    """The chat messages of `instructions` and `input`: a function_call joins the assistant message
-    before it (or starts one), a function_call_output is a `tool` message, reasoning items are
-    dropped (the templates drop earlier turns' reasoning too)."""
-    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
+def chat_messages(req: r.ResponseCreateRequest, history: list[dict] = ()) -> list[dict]:
+    """The chat messages of `instructions`, the stored conversation `history` (the turns before
+    `previous_response_id`, its output included) and `input`."""
+    instructions = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    messages = instructions + list(history) + input_messages(req)
+    if not messages:
+        raise APIError(400, "input: no message to answer (only reasoning items)", param="input", code="invalid_value")
+    return messages
+
+
+def input_messages(req: r.ResponseCreateRequest) -> list[dict]:
+    """The chat messages of `input`: a function_call joins the assistant message before it (or
+    starts one), a function_call_output is a `tool` message, reasoning items are dropped (the
+    templates drop earlier turns' reasoning too)."""
+    messages: list[dict] = []
     items = [r.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
     for item in items:
         if isinstance(item, r.MessageItem):
@@ -95,16 +106,14 @@ def chat_messages(req: r.ResponseCreateRequest) -> list[dict]:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif isinstance(item, r.FunctionCallOutputItem):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)})
-    if not messages:
-        raise APIError(400, "input: no message to answer (only reasoning items)", param="input", code="invalid_value")
     return messages
 
 
-def chat_request(req: r.ResponseCreateRequest) -> s.ChatCompletionRequest:
+def chat_request(req: r.ResponseCreateRequest, history: list[dict] = ()) -> s.ChatCompletionRequest:
     """The internal chat request of a Responses request (400 naming the Responses field)."""
     body: dict = {
         "model": req.model,
-        "messages": chat_messages(req),
+        "messages": chat_messages(req, history),
         "parallel_tool_calls": req.parallel_tool_calls,
         "stream": req.stream,
         "max_completion_tokens": req.max_output_tokens,
@@ -169,6 +178,8 @@ class ResponseBuilder:
             text=text,
             reasoning=req.reasoning.model_dump() if req.reasoning else None,
             user=req.user,
+            store=req.store is not False,
+            previous_response_id=req.previous_response_id,
             **fields,
         )
 
@@ -232,7 +243,13 @@ async def create_response(
 ):
     """OpenAI Responses (stream: SSE of Responses events, `response.created` ... `response.completed`)."""
     routes.check_model(server, req.model)
-    chat = chat_request(req)
+    history = []
+    if req.previous_response_id is not None:
+        previous = server.responses.get(req.previous_response_id)
+        if previous is None:
+            raise not_found(req.previous_response_id, "previous_response_id")
+        history = previous.messages
+    chat = chat_request(req, history)
     try:
         params, constraint = await run_in_threadpool(server.preparer.chat, chat)
     except APIError as exc:
@@ -241,9 +258,13 @@ async def create_response(
     reply = ChatReply(chat, constraint, server.model, server.name, params.reasoning)
     headers = enforcement_headers(constraint.session) if constraint else {}
     builder = ResponseBuilder(req, server.name, server.model.tokenizer)
+    keep = None
+    if req.store is not False:
+        conversation = list(history) + input_messages(req)
+        keep = lambda final: server.responses.put(final, conversation + output_messages(final["output"]))  # noqa: E731
     if req.stream:
         stream = events(builder, reply, jobs[0])
-        return StreamingResponse(sse_events(stream), media_type="text/event-stream", headers=headers)
+        return StreamingResponse(sse_events(stored(stream, keep)), media_type="text/event-stream", headers=headers)
     outcomes = await collect(jobs, request)
     if outcomes is None:
         return JSONResponse({}, status_code=499)  # the client is gone; nobody reads this
@@ -252,5 +273,38 @@ async def create_response(
     status = "incomplete" if choice.finish_reason == "length" else "completed"
     body = builder.finished(
         output_items(choice, status), choice.finish_reason, result, choice.message.reasoning_content
+    ).model_dump()
+    if keep is not None:
+        keep(body)
+    return JSONResponse(body, headers=headers)
+
+
+async def stored(stream, keep):
+    """`stream`'s events; the response its last event carries is kept with `keep` (None: not stored)."""
+    async for event in stream:
+        if keep is not None and event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            keep(event["response"])
+        yield event
+
+
+def not_found(response_id: str, param: str) -> APIError:
+    return APIError(
+        404, f"Response with id {response_id!r} not found.", "invalid_request_error", param, "response_not_found"
     )
-    return JSONResponse(body.model_dump(), headers=headers)
+
+
+@router.get("/responses/{response_id}", response_model=r.Response, responses=routes.ERROR_RESPONSES)
+async def get_response(response_id: str, server: ServerState = Depends(routes.server_state)):
+    """A stored response (`store` was not false), as it was sent; a 404 when unknown or evicted."""
+    entry = server.responses.get(response_id)
+    if entry is None:
+        raise not_found(response_id, "response_id")
+    return JSONResponse(entry.response)
+
+
+@router.delete("/responses/{response_id}", responses=routes.ERROR_RESPONSES)
+async def delete_response(response_id: str, server: ServerState = Depends(routes.server_state)):
+    """Forget a stored response; a 404 when unknown or evicted."""
+    if not server.responses.delete(response_id):
+        raise not_found(response_id, "response_id")
+    return {"id": response_id, "object": "response", "deleted": True}

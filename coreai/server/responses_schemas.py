@@ -1,7 +1,7 @@
 """Request and response bodies of OpenAI's Responses API (`POST /v1/responses`), as pydantic models.
 
 Requests are strict and forbid unknown fields, like `coreai.server.schemas`: a field this server
-cannot honour (`previous_response_id`, `background`, `conversation`, `prompt`, ...) is a 400 naming
+cannot honour (`background`, `conversation`, `prompt`, ...) is a 400 naming
 it. Input items are discriminated by `type` (an item without one is a message, as OpenAI reads it),
 content parts and tools by `type`, so a bad item gets one error naming its location. A built-in tool
 (`web_search`, `file_search`, ...) is a 400 at `tools[i].type`.
@@ -171,7 +171,7 @@ class ReasoningConfig(Request):
 
 class ResponseCreateRequest(Request):
     """`POST /v1/responses`. Accepted and ignored, as OpenAI's semantics allow on a local server:
-    `user`, `store: false`, `truncation: "disabled"` (the default: a prompt over the context is a
+    `user`, `truncation: "disabled"` (the default: a prompt over the context is a
     400), `include: []`. `metadata` is echoed back."""
 
     model: str
@@ -191,9 +191,10 @@ class ResponseCreateRequest(Request):
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     user: str | None = None
     stream: bool = False
-    # This server keeps no responses (no `GET /v1/responses/{id}`, no `previous_response_id`): a
-    # request that asks to store one is refused rather than answered as if it were stored.
-    store: Literal[False] | None = None
+    # Stored (the default, as OpenAI's) in the server's bounded in-memory store, for
+    # `previous_response_id` and `GET` / `DELETE /v1/responses/{id}` (`coreai.server.response_store`).
+    store: bool | None = None
+    previous_response_id: str | None = None
     truncation: Literal["disabled"] | None = None
     include: list[Literal["message.output_text.logprobs"]] | None = None
 
@@ -211,10 +212,6 @@ class ResponseCreateRequest(Request):
                     f"the built-in tool {kind!r} is not supported; this server runs function tools only",
                     kind,
                 )
-        if data.get("store") is True:
-            raise located_error(
-                ("store",), "this server does not store responses; send store: false (or leave it out)", True
-            )
         return data
 
     @model_validator(mode="after")
@@ -316,5 +313,6 @@ class Response(BaseModel):
     text: dict[str, Any]
     reasoning: dict[str, Any] | None = None
     store: bool = False
+    previous_response_id: str | None = None
     user: str | None = None
     usage: ResponseUsage | None = None

@@ -15,6 +15,7 @@ from coreai.server.constraints import Constraints
 from coreai.server.engine import Engine
 from coreai.server.prepare import Preparer
 from coreai.server.queue import Worker
+from coreai.server.response_store import ResponseStore
 from guided import GrammarCache, get_tokenizer_info
 from guided.journal import GrammarJournal
 from runtime import Model
@@ -67,6 +68,7 @@ class ServerState:
     grammar_cache: GrammarCache
     warmup: GrammarWarmup | None
     stopped: bool = field(default=False, init=False)
+    responses: ResponseStore = field(default_factory=ResponseStore, init=False)  # the Responses API's store
 
     @classmethod
     def build(cls, model: Model, config: ServerConfig, grammar_cache: GrammarCache | None = None) -> "ServerState":

@@ -1,0 +1,92 @@
+"""`ResponseStore`: the Responses API's stored responses, for `previous_response_id` and
+`GET` / `DELETE /v1/responses/{id}`.
+
+In memory, bounded by count and by bytes (the JSON size of what is kept), least recently used out
+first, as OpenAI's semantics allow for a local server: an evicted id is a 404 like an unknown one.
+Each entry keeps the response as sent and the conversation it ends, as chat messages (the inputs of
+every turn so far and this turn's output; `instructions` are not carried over, as OpenAI does), so a
+follow-up turn renders the same prompt and starts from its prefix-cache entry.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """response: the `Response` JSON as sent; messages: the conversation up to and including it."""
+
+    response: dict
+    messages: list[dict]
+    nbytes: int
+
+
+class ResponseStore:
+    """Responses by id, at most `max_count` of them and `max_bytes` bytes of JSON (>= 1 each).
+    Thread-safe (routes run on the event loop and on thread-pool threads)."""
+
+    def __init__(self, max_count: int = 1024, max_bytes: int = 64 << 20):
+        if max_count < 1 or max_bytes < 1:
+            raise ValueError(f"max_count and max_bytes must be >= 1, got {max_count}, {max_bytes}")
+        self.max_count, self.max_bytes = max_count, max_bytes
+        self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, response: dict, messages: list[dict]) -> None:
+        """Keep `response` (its "id" is the key) and its conversation; evicts the least recently used
+        entries past the bounds (an entry larger than `max_bytes` alone is not kept)."""
+        entry = StoredResponse(response, messages, len(json.dumps([response, messages], ensure_ascii=False)))
+        with self._lock:
+            self._pop(response["id"])
+            if entry.nbytes > self.max_bytes:
+                return
+            self._entries[response["id"]] = entry
+            self._bytes += entry.nbytes
+            while len(self._entries) > self.max_count or self._bytes > self.max_bytes:
+                self._pop(next(iter(self._entries)))
+
+    def get(self, response_id: str) -> StoredResponse | None:
+        """The entry, now the most recently used; None if unknown or evicted."""
+        with self._lock:
+            entry = self._entries.get(response_id)
+            if entry is not None:
+                self._entries.move_to_end(response_id)
+            return entry
+
+    def delete(self, response_id: str) -> bool:
+        """Forget a response; False if it was not kept."""
+        with self._lock:
+            return self._pop(response_id)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _pop(self, response_id: str) -> bool:
+        entry = self._entries.pop(response_id, None)
+        if entry is not None:
+            self._bytes -= entry.nbytes
+        return entry is not None
+
+
+def output_messages(output: list[dict]) -> list[dict]:
+    """A response's output items as chat messages: its message text and function calls as one
+    assistant turn (reasoning items are dropped, as chat templates drop earlier turns' reasoning)."""
+    text = "".join(
+        part.get("text", "") for item in output if item.get("type") == "message" for part in item.get("content", [])
+    )
+    calls = [
+        {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
+        for item in output
+        if item.get("type") == "function_call"
+    ]
+    if not text and not calls:
+        return []
+    message: dict = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = calls
+    return [message]
