@@ -246,6 +246,18 @@ def test_qwen_parse_pydantic_and_function_round_trip(qwen):
         model="qwen", input=ask + first.output + [result], tools=[WEATHER], tool_choice="none", max_output_tokens=40
     )
     assert second.status == "completed" and second.output[0].type == "message" and "18" in second.output_text
+    # The same round trip as OpenAI's docs write it: the tool's output continues the stored call.
+    third = c.responses.create(
+        model="qwen",
+        previous_response_id=first.id,
+        input=[result],
+        tools=[WEATHER],
+        tool_choice="none",
+        max_output_tokens=40,
+    )
+    assert third.usage.input_tokens == second.usage.input_tokens  # the conversation sent in full, rendered alike
+    assert third.output_text == second.output_text  # the same prompt, greedy
+    assert third.usage.input_tokens_details.cached_tokens >= third.usage.input_tokens - 1  # from the prefix cache
 
 
 @pytest.mark.model
