@@ -468,15 +468,20 @@ def test_streamed_call_fragments_concatenate_to_the_whole_reply(tiny, tool_choic
     content = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert chunks[-1].choices[0].finish_reason == whole.finish_reason
     assert content == (whole.message.content or "")
-    for call in whole.message.tool_calls or []:
-        mine = [d for d in deltas if d.index == whole.message.tool_calls.index(call)]
+    calls = whole.message.tool_calls or []
+    for call in calls:
+        mine = [d for d in deltas if d.index == calls.index(call)]
         assert (
             mine[0].id.startswith("call_")
             and mine[0].type == "function"
             and mine[0].function.name == call.function.name
         )
-        assert mine[0].function.arguments == "" and len(mine) > 2  # streamed in fragments, not whole
+        # The arguments follow the first delta, one fragment per decode step: a call decided in one
+        # step (a short value after jump-forward) comes in one fragment.
+        assert mine[0].function.arguments == "" and len(mine) >= 2
         assert "".join(d.function.arguments for d in mine) == call.function.arguments
+    fragments = [d for d in deltas if d.function.arguments]
+    assert not calls or len(fragments) > len(calls)  # some call streamed in pieces, not whole
 
 
 # ---- errors (raw HTTP) ----------------------------------------------------------------------------
