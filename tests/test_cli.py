@@ -249,3 +249,26 @@ def test_check_schema_prints_the_report(tiny_model_dir, capsys):
         ("format", "/items/format"): "validate-and-rollback",
         ("uniqueItems", "/uniqueItems"): "validate-and-rollback",
     }
+
+
+def test_generate_with_tools_prints_the_calls(tiny_model_dir, tmp_path, capsys):
+    """`--tools FILE --tool-choice NAME`: exactly one call of that function, one JSON line on stdout
+    whose arguments validate against its parameters; bad tool flags fail before the model loads."""
+    import jsonschema
+
+    parameters = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]}
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "toggle", "parameters": parameters}}]))
+    code = main(
+        ["generate", str(tiny_model_dir), "--prompt", "Turn it on.", "--tools", str(tools)]
+        + ["--tool-choice", "toggle", "--max-tokens", "40"]
+    )
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(out) == 1
+    call = json.loads(out[0])
+    assert call["name"] == "toggle"
+    jsonschema.validate(call["arguments"], parameters)
+    for bad in (["--schema", "{}"], []):
+        path = tools if bad else tmp_path / "missing.json"
+        code = main(["generate", "no-such-model", "--prompt", "x", "--tools", str(path), *bad])
+        assert code != 0 and "--tools" in capsys.readouterr().err

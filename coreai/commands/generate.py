@@ -1,7 +1,9 @@
-"""`coreai generate MODEL (--prompt TEXT | --messages FILE) [sampling options] [grammar options]`."""
+"""`coreai generate MODEL (--prompt TEXT | --messages FILE) [sampling options] [grammar options]
+[--tools FILE [--tool-choice C] [--no-parallel-tool-calls]]`."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,6 +29,13 @@ def register(sub) -> None:
     common.add_model_args(p)
     common.add_grammar_args(p)
     common.add_speculative_arg(p)
+    p.add_argument("--tools", type=Path, help="JSON file with a list of tools (OpenAI function definitions)")
+    p.add_argument(
+        "--tool-choice",
+        default="auto",
+        help="with --tools: auto (default), required, none, or a function name (exactly one call of it)",
+    )
+    p.add_argument("--no-parallel-tool-calls", action="store_true", help="with --tools: at most one call")
     p.add_argument("-v", "--verbose", action="store_true", help="also print forward passes and draft acceptance")
     p.set_defaults(func=run)
 
@@ -35,8 +44,9 @@ def run(args) -> int:
     sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
     common.check_grammar_args(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
+    tools = read_tools(args) if args.tools is not None else None
     model = common.load_model(args)
-    session = common.constrained_session(model, args)
+    session = common.constrained_session(model, args) if tools is None else tools_session(model, tools, args)
     kwargs = dict(
         max_tokens=args.max_tokens,
         sampling=sampling,
@@ -59,6 +69,11 @@ def run(args) -> int:
             print(f"[reasoning] {result.reasoning}", file=sys.stderr)
         if session is not None and not result.valid:  # stdout carries only valid output (e.g. into a pipe)
             print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
+        elif tools is not None:  # one JSON line per call, then the text answer, if any
+            for call in result.tool_calls:
+                print(json.dumps({"name": call.name, "arguments": call.args}, ensure_ascii=False))
+            if result.content:
+                print(result.content)
         else:
             print(result.text)
     common.print_stats(result, args.verbose)
@@ -68,3 +83,33 @@ def run(args) -> int:
         print(f"coreai generate: invalid output: {'; '.join(result.errors)}", file=sys.stderr)
         return 1
     return 0 if result.finish_reason in ("stop", "length") else 1
+
+
+def read_tools(args) -> list:
+    """The --tools file's list of tools; ValueError (before the model loads) for a bad file or flags
+    that do not go with tools."""
+    if any(getattr(args, k) for k in ("schema", "json_object", "regex", "choice", "grammar")):
+        raise ValueError("--tools cannot be combined with --schema / --json-object / --regex / --choice / --grammar")
+    try:
+        tools = json.loads(args.tools.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--tools {args.tools}: {exc}") from None
+    if not isinstance(tools, list) or not tools:
+        raise ValueError(f"--tools {args.tools}: expected a non-empty JSON list of tools")
+    return tools
+
+
+def tools_session(model, tools: list, args):
+    """The `ConstrainedSession` of --tools: `--tool-choice` auto / required / none or a function name."""
+    from guided import ConstrainedSession
+
+    choice = args.tool_choice
+    if choice not in ("auto", "required", "none"):
+        choice = {"type": "function", "function": {"name": choice}}
+    return ConstrainedSession(
+        model,
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=not args.no_parallel_tool_calls,
+        max_reasoning_tokens=args.max_reasoning_tokens,
+    )
