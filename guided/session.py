@@ -15,8 +15,8 @@ import numpy as np
 
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
-from guided.enforcement import KeywordEnforcement, enforcement
-from guided.errors import GrammarError
+from guided.enforcement import ROLLBACK, KeywordEnforcement, enforcement
+from guided.errors import GrammarError, UnsupportedSchemaFeature
 from guided.result import GuidedResult
 from guided.schema_prompt import SCHEMA_IN_PROMPT, describe_schema, with_schema_description
 from guided.spec import JSON_KINDS, make_spec
@@ -108,6 +108,7 @@ class ConstrainedSession:
             self.tools = tool_constraint(
                 tools, tool_choice, parallel_tool_calls, tool_format, model.tokenizer.hf, ll_tokenizer
             )
+            self._check_tool_parameters(cache or default_cache)
             grammar = self.tools.grammar
         self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
         self.spec = make_spec(
@@ -155,6 +156,27 @@ class ConstrainedSession:
         self.matcher.fill_next_token_bitmask(words)
         allowed = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
         return set(allowed.tolist()) <= set(self.tokenizer_info.eos_ids)
+
+    def _check_tool_parameters(self, cache: GrammarCache) -> None:
+        """Raise UnsupportedSchemaFeature (keyword, pointer; `tool`: the tool's name) for a tool
+        whose parameters use a keyword only validate-and-rollback enforces, which does not run
+        inside tool calls yet: compiled alone, each tool's report names it (the tools grammar would
+        fail with the engine's own message)."""
+        if self.tools.mode == "none":  # the calls are not constrained: nothing to enforce
+            return
+        for tool in self.tools.tools:
+            compiled = cache.get(make_spec(schema=tool.parameters, strict=False), self.tokenizer_info)
+            checked = [e for e in enforcement(compiled) if e.how == ROLLBACK]
+            if checked:
+                e = checked[0]
+                error = UnsupportedSchemaFeature(
+                    f"tool {tool.name!r}: cannot enforce {e.keyword} at {e.pointer} in a tool call: the grammar "
+                    "cannot express it, and validate-and-rollback does not run inside tool calls yet",
+                    e.keyword,
+                    e.pointer,
+                )
+                error.tool = tool.name
+                raise error
 
     @property
     def enforcement(self) -> tuple[KeywordEnforcement, ...]:

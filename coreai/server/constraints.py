@@ -51,6 +51,10 @@ class Constraints:
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:
+            tool = getattr(exc, "tool", None)  # the session names the tool whose parameters it cannot enforce
+            if tool is not None:
+                names = [t.get("function", t)["name"] for t in options["tools"]]
+                param = f"tools[{names.index(tool)}].function.parameters"
             raise from_library_error(exc, param) from None
 
     def structured(self, req: SamplingFields, response_format=None) -> Constraint | None:
@@ -95,18 +99,10 @@ class Constraints:
             param = f"tools[{i}].function.parameters"
             try:
                 schema = parameters_schema(tool.function.parameters, tool.function.strict)
+                # Compiled alone, so an invalid schema or an engine limit is reported with this tool's pointer.
+                self._session(param, req, schema=schema, strict=False)
             except SchemaError as exc:
                 raise from_library_error(exc, param) from None
-            # Compiled alone first, so an unenforceable keyword is reported with this tool's pointer.
-            alone = self._session(param, req, schema=schema, strict=False)
-            checked = [e for e in alone.enforcement if e.how == "validate-and-rollback"]
-            if checked:  # the checker follows a JSON output from its first byte, not a call inside markup
-                raise bad_request(
-                    f"cannot enforce {checked[0].keyword} at {checked[0].pointer} in a tool call: the grammar "
-                    "cannot express it, and validate-and-rollback works for response_format only",
-                    param,
-                    "unsupported_schema_feature",
-                )
         names = [t.function.name for t in req.tools]
         if len(set(names)) != len(names):
             raise bad_request("tool function names must be unique", "tools")
