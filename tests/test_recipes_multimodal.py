@@ -131,3 +131,33 @@ def test_multimodal_family_without_unwrap_is_refused(recipe, tmp_path):
     assert message.startswith(f"{folder}: multimodal checkpoint (model_type 'llava', text decoder 'llama')")
     assert "multimodal types supported: gemma3" in message and "\n" not in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["llava"]
+
+
+def test_gemma3_preset_from_release_folder(tmp_path):
+    """`coreai export gemma3-4b-it --from DIR` on a folder in the release's layout: the preset's
+    4-bit (group 32), bfloat16 and 131072-token context, and the text decoder only."""
+    import mlx.core as mx
+
+    from coreai.cli import main
+
+    _tiny_checkpoint(gemma3_multimodal(), tmp_path / "hf")
+    _as_release(tmp_path / "hf")
+    argv = ["export", "gemma3-4b-it", "--from", str(tmp_path / "hf"), "--output-dir", str(tmp_path / "x"), "--quiet"]
+    assert main(argv) == 0
+    out = tmp_path / "x" / "gemma_3_4b_it_4bit"
+    meta = json.loads((out / "coreai.json").read_text())
+    assert meta["preset"] == "gemma3-4b-it" and meta["recipe"] == "gemma3" and meta["model_type"] == "gemma3_text"
+    assert meta["dtype"] == "bfloat16" and meta["max_context_length"] == 131_072
+    assert meta["quantization"]["group_size"] == 32 and 4 < meta["bits_per_weight"] < 6
+    assert not [n for n in mx.load(str(out / "model.safetensors")) if any(v in n for v in VISION)]
+
+
+def test_multimodal_tensor_of_neither_side_is_named(tmp_path):
+    """A tensor outside the decoder and the vision tower (here an audio tower): one line naming it."""
+    import mlx.core as mx
+
+    _tiny_checkpoint(gemma3_multimodal(), tmp_path / "hf")
+    mx.save_safetensors(str(tmp_path / "hf" / "extra.safetensors"), {"audio_tower.proj.weight": mx.zeros((4, 4))})
+    with pytest.raises(ExportError, match="tensor audio_tower.proj.weight is neither the text decoder's"):
+        export(tmp_path / "hf", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
