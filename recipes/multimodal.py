@@ -2,14 +2,13 @@
 
 Gemma 3 4B/12B/27B ship as `Gemma3ForConditionalGeneration`: config.json has `model_type`
 `gemma3` with the decoder's settings under `text_config` (and the vision tower's under
-`vision_config`), and the weights hold the decoder, a vision tower and a projector. The decoder's
-tensor names depend on the transformers version that saved them (the llava layout, which
-transformers' `conversion_mapping.py` renames on load):
+`vision_config`), and the weights hold the decoder, a vision tower and a projector, under one of
+two sets of names (transformers' `conversion_mapping.py`, "llava"):
 
-    transformers < 4.52 (the Gemma 3 release):  language_model.model.*, language_model.lm_head.*,
-                                                vision_tower.*, multi_modal_projector.*
-    transformers >= 4.52:                       model.language_model.*, lm_head.*,
-                                                model.vision_tower.*, model.multi_modal_projector.*
+    the release files, and what save_pretrained    language_model.model.*, language_model.lm_head.*,
+    writes (it maps back to the legacy names):     vision_tower.*, multi_modal_projector.*
+    transformers' in-memory names since 4.52,      model.language_model.*, lm_head.*,
+    in checkpoints saved without that mapping:     model.vision_tower.*, model.multi_modal_projector.*
 
 Both become the text model's `model.*` / `lm_head.*`; the vision weights are dropped unread.
 """
@@ -89,11 +88,13 @@ def text_weights(weights: dict, path: Path) -> dict:
     return out
 
 
-def refuse(path: Path, config: dict, supported: list[str]) -> ExportError:
-    """The error for a multimodal checkpoint whose family has no unwrap (e.g. llava, mistral3)."""
+def refuse(path: Path, config: dict, supported: list[str], recipe: str | None = None) -> ExportError:
+    """The error for a multimodal checkpoint whose family has no unwrap (e.g. llava, mistral3), or
+    that the `recipe` asked for does not unwrap."""
     decoder = config["text_config"].get("model_type", "?")
+    what = f"the {recipe} recipe does not export its text decoder" if recipe else "no recipe exports its text decoder"
     return ExportError(
         f"{path}: multimodal checkpoint (model_type {config.get('model_type')!r}, text decoder {decoder!r}): "
-        f"no recipe exports its text decoder (multimodal types supported: {', '.join(supported)}); "
+        f"{what} (multimodal types supported: {', '.join(supported)}); "
         "export a text-only checkpoint of its language model"
     )

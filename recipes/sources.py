@@ -327,7 +327,7 @@ def _open_hf(path: Path, recipe_name: str | None) -> Checkpoint:
     if multimodal:  # only a recipe that unwraps this model_type may read it (else its config is nested)
         supported = [t for r in RECIPES.values() for t in r.hf_multimodal_types]
         if model_type not in (get_recipe(recipe_name).hf_multimodal_types if recipe_name else supported):
-            raise refuse_multimodal(path, config, supported)
+            raise refuse_multimodal(path, config, supported, recipe_name)
     recipe = get_recipe(recipe_name) if recipe_name else detect(str(path), model_type, hf=True)
     if multimodal:
         config = text_config(config, path, recipe.model_type)

@@ -129,6 +129,7 @@ def test_multimodal_family_without_unwrap_is_refused(recipe, tmp_path):
         export(folder, tmp_path / "out", recipe=recipe, progress=False)
     message = str(info.value)
     assert message.startswith(f"{folder}: multimodal checkpoint (model_type 'llava', text decoder 'llama')")
+    assert f"the {recipe} recipe does not" in message if recipe else "no recipe exports its text decoder" in message
     assert "multimodal types supported: gemma3" in message and "\n" not in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["llava"]
 
