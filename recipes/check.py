@@ -88,7 +88,10 @@ def load_for_eval(folder: str | Path, tokenizer: bool = True):
     from mlx.utils import tree_map
     from mlx_lm.utils import dequantize_model, load_model, load_tokenizer
 
+    from runtime.rope import apply_untruncated_yarn
+
     model, config = load_model(Path(folder))
+    apply_untruncated_yarn(model, config)  # as coreai.load does (gpt-oss)
     if mx.default_device() == mx.cpu:
         model = dequantize_model(model)
         model.update(

@@ -340,9 +340,12 @@ def _load_model(ckpt, names, dtype, np_dtype, prefetch, dry_run, progress):
     from mlx_lm.utils import _get_classes
     from tqdm import tqdm
 
+    from runtime.rope import apply_untruncated_yarn
+
     try:
         model_class, args_class = _get_classes(ckpt.config)
         model = model_class(args_class.from_dict(ckpt.config))
+        apply_untruncated_yarn(model, ckpt.config)  # the float reference of --verify computes with it
     except (ValueError, TypeError, KeyError) as exc:
         raise ExportError(
             f"{ckpt.path}: config does not fit mlx-lm's {ckpt.config.get('model_type')} model ({exc})"

@@ -9,6 +9,8 @@ tensor names map to mlx-lm's, how GGUF metadata maps to config.json, and the per
 - MoE families: llama.cpp stacks each layer's experts into one `ffn_{gate,up,down}_exps` tensor
   [experts, out, in], the layout of mlx-lm's `SwitchLinear`; Mixtral GGUFs say `llama` and carry
   `llama.expert_count` (`gguf_experts`);
+- Gemma 3 4B/12B/27B are multimodal checkpoints (`model_type` `gemma3`): the recipe exports
+  their text decoder (`hf_multimodal_types`, `recipes.multimodal`);
 - gpt-oss checkpoints in float (the BF16 copies of the MXFP4 release) store the experts as
   transformers computes them, `x @ W` ([experts, in, out]); mlx-lm's sanitize expects the release's
   [experts, out, in], so those tensors are transposed first (`hf_transpose`).
@@ -116,6 +118,9 @@ class Recipe:
     experts_key: str = "num_local_experts"  # config.json key of `<arch>.expert_count`
     hf_transpose: tuple[str, ...] = ()  # 3-D HF tensors (name suffixes) stored [experts, in, out]
     moe: bool = False
+    # config.json `model_type`s of multimodal checkpoints whose text decoder this recipe exports
+    # (`recipes.multimodal`: text_config unwrapped, vision weights dropped).
+    hf_multimodal_types: tuple[str, ...] = ()
 
     def gguf_name(self, name: str) -> str | None:
         """The mlx-lm name of GGUF tensor `name` (e.g. `blk.3.attn_q.weight` ->
@@ -163,6 +168,7 @@ RECIPES: dict[str, Recipe] = {
             norm_offset=1.0,
             # Not in the GGUF: llama.cpp hard-codes them for gemma3 (src/llama-model.cpp).
             config_defaults={"sliding_window_pattern": 6, "rope_local_base_freq": 10000.0},
+            hf_multimodal_types=("gemma3",),  # Gemma3ForConditionalGeneration (4B, 12B, 27B)
         ),
         Recipe(
             "phi3", "phi3", ("phi3",), ("phi3",), PHI3_BLOCK, "Phi-3 / Phi-3.5 / Phi-4 mini (fused QKV and gate/up)"
@@ -204,6 +210,16 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+# GGUF architectures of families whose recipe reads Hugging Face folders only, and what to do instead.
+GGUF_REFUSED = {
+    "gpt-oss": (
+        "gpt-oss GGUFs (llama.cpp's gpt-oss layout: MXFP4 experts with split gate/up and biases, "
+        "attention sinks) are not supported; export the Hugging Face folder of the model instead "
+        "(a BF16 copy of openai/gpt-oss-20b)"
+    ),
+}
+
+
 def list_recipes() -> list[str]:
     """The known recipe names, e.g. `["qwen2", "qwen3", "llama", "mistral", "gemma3", "phi3"]`."""
     return list(RECIPES)
@@ -222,9 +238,11 @@ def detect(source: str, architecture: str, hf: bool, experts: bool = False) -> R
     or config.json `model_type` when `hf`); `experts`: the GGUF has `<arch>.expert_count` > 0.
     Raises ExportError naming the source."""
     for recipe in RECIPES.values():
-        if hf and architecture in recipe.hf_model_types:
+        if hf and architecture in recipe.hf_model_types + recipe.hf_multimodal_types:
             return recipe
         if not hf and architecture in recipe.gguf_architectures and recipe.gguf_experts in (None, experts):
             return recipe
+    if not hf and architecture in GGUF_REFUSED:
+        raise ExportError(f"{source}: {GGUF_REFUSED[architecture]}")
     kind = "model_type" if hf else "architecture"
     raise ExportError(f"{source}: unsupported {kind} {architecture!r}; supported recipes: {', '.join(RECIPES)}")

@@ -16,7 +16,9 @@ from typing import Callable
 import numpy as np
 
 from .errors import ExportError, SourceError
-from .families import CONFIG_MAP, Recipe, detect, get_recipe
+from .families import CONFIG_MAP, RECIPES, Recipe, detect, get_recipe
+from .multimodal import is_multimodal, text_config, text_weights
+from .multimodal import refuse as refuse_multimodal
 
 # Tokens that end a turn in the chat templates of these families; every one present in the
 # vocabulary as a control token is written as an EOS id so generation stops on any of them.
@@ -175,6 +177,29 @@ def _llama3_rope(gguf, config: dict) -> dict:
 _CONFIG_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
 
+# What every block of a llama.cpp MoE GGUF holds: the router and the experts stacked [experts, out, in].
+MOE_TENSORS = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+
+
+def _check_experts(gguf, recipe: Recipe, config: dict) -> None:
+    """Raise SourceError naming the first missing or mis-sized MoE tensor of the GGUF (a truncated
+    or hand-edited conversion), before anything is converted."""
+    arch = gguf.metadata["general.architecture"]
+    experts = config.get(recipe.experts_key)
+    if not experts:
+        raise SourceError(f"{gguf.path}: MoE GGUF without {arch}.expert_count")
+    for layer in range(config["num_hidden_layers"]):
+        for part in MOE_TENSORS:
+            name = f"blk.{layer}.{part}.weight"
+            info = gguf.tensors.get(name)
+            if info is None:
+                raise SourceError(
+                    f"{gguf.path}: MoE tensor {name} is missing (every block needs {', '.join(MOE_TENSORS)})"
+                )
+            if info.shape[0] != experts:
+                raise SourceError(f"{gguf.path}: {name} has {info.shape[0]} experts, {arch}.expert_count {experts}")
+
+
 def _open_gguf(path: Path, recipe_name: str | None) -> Checkpoint:
     from .gguf_file import GGUFFile
 
@@ -184,9 +209,13 @@ def _open_gguf(path: Path, recipe_name: str | None) -> Checkpoint:
         raise SourceError(f"{path}: GGUF metadata has no general.architecture")
     experts = bool(gguf.metadata.get(f"{arch}.expert_count"))
     recipe = get_recipe(recipe_name) if recipe_name else detect(str(path), arch, hf=False, experts=experts)
+    if not recipe.gguf_architectures:
+        raise ExportError(f"{path}: the {recipe.name} recipe reads Hugging Face folders only, not GGUF files")
     if "token_embd.weight" not in gguf.tensors:
         raise SourceError(f"{path}: GGUF has no token_embd.weight tensor")
     config = _gguf_config(gguf, recipe)
+    if recipe.moe:
+        _check_experts(gguf, recipe, config)
     names, shapes = {}, {}
     for gname, info in gguf.tensors.items():
         if gname in _CONFIG_TENSORS:
@@ -294,7 +323,14 @@ def _open_hf(path: Path, recipe_name: str | None) -> Checkpoint:
             "export from a float (e.g. BF16) copy of it"
         )
     model_type = config.get("model_type", "")
+    multimodal = is_multimodal(config)
+    if multimodal:  # only a recipe that unwraps this model_type may read it (else its config is nested)
+        supported = [t for r in RECIPES.values() for t in r.hf_multimodal_types]
+        if model_type not in (get_recipe(recipe_name).hf_multimodal_types if recipe_name else supported):
+            raise refuse_multimodal(path, config, supported, recipe_name)
     recipe = get_recipe(recipe_name) if recipe_name else detect(str(path), model_type, hf=True)
+    if multimodal:
+        config = text_config(config, path, recipe.model_type)
     config["model_type"] = recipe.model_type
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -307,6 +343,8 @@ def _open_hf(path: Path, recipe_name: str | None) -> Checkpoint:
             weights.update(mx.load(str(f)))  # lazy: nothing is read until a tensor is evaluated
         except (RuntimeError, ValueError) as exc:
             raise SourceError(f"{f}: cannot read safetensors ({exc})") from None
+    if multimodal:
+        weights = text_weights(weights, path)  # vision tensors dropped before any is read
     # gpt-oss float experts: [experts, in, out] named without `.weight` -> the release's layout.
     for name in [n for n in weights if weights[n].ndim == 3 and n.endswith(recipe.hf_transpose)]:
         weights[f"{name}.weight"] = weights.pop(name).swapaxes(-1, -2)

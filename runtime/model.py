@@ -16,6 +16,7 @@ from mlx_lm.utils import load_model as mlx_lm_load_model
 from runtime.errors import ModelNotFound
 from runtime.generate import stream_tokens
 from runtime.prompt_cache import PromptCache
+from runtime.rope import apply_untruncated_yarn
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.sequence import Delta, GenerationResult
 from runtime.speculative import make_drafter
@@ -166,6 +167,7 @@ def load_model(path: str | Path, dtype: str | None = None, name: str | None = No
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     network, config = mlx_lm_load_model(path, lazy=True)  # config: config.json as mlx-lm read it
+    apply_untruncated_yarn(network, config)  # gpt-oss: mlx-lm rounds YaRN's range against the config
     if dtype is not None:
         target = DTYPES[dtype]
         network.set_dtype(target, lambda d: mx.issubdtype(d, mx.floating))

@@ -257,18 +257,20 @@ def _tiny_checkpoint(family, folder: Path, special: tuple[str, ...] = ()):
     return model
 
 
-def _assert_parity(ref, folder: Path) -> None:
+def _assert_parity(ref, folder: Path, model=None) -> None:
     """Next-token argmax equal and logits close between transformers model `ref` and the mlx-lm
-    folder over PROMPT plus 4 greedy KV-cache steps (mlx-lm decodes with its cache; transformers
-    recomputes the whole sequence). 14 tokens cross Gemma's sliding window of 4 in the tests, so
-    the rotating cache of the sliding layers is exercised too."""
+    folder (loaded by mlx-lm, or the given mlx-lm `model`) over PROMPT plus 4 greedy KV-cache
+    steps (mlx-lm decodes with its cache; transformers recomputes the whole sequence). 14 tokens
+    cross Gemma's sliding window of 4 in the tests, so the rotating cache of the sliding layers is
+    exercised too."""
     import mlx.core as mx
     import numpy as np
     import torch
     from mlx_lm.models.cache import make_prompt_cache
     from mlx_lm.utils import load_model
 
-    model, _ = load_model(folder)
+    if model is None:
+        model, _ = load_model(folder)
     cache = make_prompt_cache(model)
     rows, ids = [model(mx.array(PROMPT)[None], cache=cache)[0]], list(PROMPT)
     for _ in range(4):
@@ -300,12 +302,34 @@ def _tiny_gguf(family: str, ref, path: Path) -> None:
     names from gguf-py's own `TensorNameMap` (not from our recipes), Q/K permuted for llama,
     Gemma norms stored as 1 + w, and a byte-level (gpt2) vocabulary of VOCAB tokens."""
     import gguf
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     arch = {"qwen2": "qwen2", "qwen3": "qwen3", "llama": "llama", "gemma3": "gemma3", "phi3": "phi3"}[family]
     cfg = ref.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), cfg.num_hidden_layers)
+    w = _gguf_writer(arch, cfg, path)
+    if family == "gemma3":
+        w.add_uint32(f"{arch}.attention.sliding_window", cfg.sliding_window)
+    for hf_name, tensor in ref.state_dict().items():
+        if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue  # llama.cpp writes no output.weight for tied embeddings
+        data = tensor.float().numpy()
+        if family == "llama" and ".q_proj." in hf_name:
+            data = _llama_cpp_permute(data, cfg.num_attention_heads)
+        if family == "llama" and ".k_proj." in hf_name:
+            data = _llama_cpp_permute(data, cfg.num_key_value_heads)
+        if family == "gemma3" and "norm" in hf_name:
+            data = data + 1.0
+        w.add_tensor(names.get_name(hf_name, try_suffixes=(".weight", ".bias")), data)
+    _gguf_close(w)
+
+
+def _gguf_writer(arch: str, cfg, path: Path):
+    """A `gguf.GGUFWriter` for `path` holding llama.cpp's hyperparameters of transformers config
+    `cfg` and a byte-level (gpt2) vocabulary of VOCAB tokens; the caller adds the tensors."""
+    import gguf
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     w = gguf.GGUFWriter(str(path), arch)
     for key, value in {
         "embedding_length": cfg.hidden_size,
@@ -322,8 +346,6 @@ def _tiny_gguf(family: str, ref, path: Path) -> None:
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", cfg.rms_norm_eps)
     theta = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)["rope_theta"]
     w.add_float32(f"{arch}.rope.freq_base", theta)
-    if family == "gemma3":
-        w.add_uint32(f"{arch}.attention.sliding_window", cfg.sliding_window)
     alphabet = list(bytes_to_unicode().values())
     tokens = (alphabet + [a + b for a in alphabet for b in alphabet])[:VOCAB]
     w.add_tokenizer_model("gpt2")
@@ -332,17 +354,11 @@ def _tiny_gguf(family: str, ref, path: Path) -> None:
     w.add_token_merges([f"{t[0]} {t[1]}" for t in tokens[len(alphabet) :]])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    for hf_name, tensor in ref.state_dict().items():
-        if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
-            continue  # llama.cpp writes no output.weight for tied embeddings
-        data = tensor.float().numpy()
-        if family == "llama" and ".q_proj." in hf_name:
-            data = _llama_cpp_permute(data, cfg.num_attention_heads)
-        if family == "llama" and ".k_proj." in hf_name:
-            data = _llama_cpp_permute(data, cfg.num_key_value_heads)
-        if family == "gemma3" and "norm" in hf_name:
-            data = data + 1.0
-        w.add_tensor(names.get_name(hf_name, try_suffixes=(".weight", ".bias")), data)
+    return w
+
+
+def _gguf_close(w) -> None:
+    """Write the header, metadata and tensors of `_gguf_writer`'s writer and close the file."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
