@@ -87,6 +87,17 @@ FAMILIES = {
         '<|tool_call|>[{"name": "search", "arguments": {"query": "a}] b"}}, '
         '{"name": "set_unit", "arguments": {"unit": "celsius"}}]<|/tool_call|>',
     ),
+    "llama3": (
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"),
+        "{%- for message in messages %}{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' }}"
+        "{%- if message.tool_calls %}{{- '<|python_tag|>' }}{%- for c in message.tool_calls %}"
+        '{"name": "{{ c.function.name }}", "parameters": {{ c.function.arguments }}}'
+        "{%- if not loop.last %}; {% endif %}{%- endfor %}{%- else %}{{- message.content }}{%- endif %}"
+        "{{- '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+        "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}",
+        '<|python_tag|>{"name": "search", "parameters": {"query": "a}; {"}}; '
+        '{"name": "set_unit", "parameters": {"unit": "celsius"}}',
+    ),
     "pythonic": (
         (),
         "{%- if tools %}{{- '<|im_start|>system\\nHere is a list of functions in JSON format that you can invoke:\\n'"
@@ -107,6 +118,7 @@ FIRST_QUERY = {
     "mistral": "a}], b",
     "mistral_names": "a}, set_unit{",
     "phi4": "a}] b",
+    "llama3": "a}; {",
     "pythonic": "a), set_unit(unit='b')]",
     "qwen3_coder": "a </function>\n</parameter> b",
 }
