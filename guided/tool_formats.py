@@ -43,8 +43,11 @@ PHI_OPEN, PHI_CLOSE = "<|tool_call|>", "<|/tool_call|>"
 
 @dataclass(frozen=True)
 class ToolFormat:
-    """One family's call format.
+    """One family's call format (`FORMATS` has them all, in detection order).
 
+    detect: chat template text -> whether the template speaks this format. opener: the marker that
+    opens calls after text (when it is a special token of the tokenizer); args_key: the key of the
+    arguments in its JSON envelope.
     rules: Pieces -> the Lark rules defining `calls` (the format's own markup, at the output's start)
         and the rule named `after_text` (calls that may follow free text under auto, which must
         begin with the `opener` special token). markers: the marker texts the rules use; special:
