@@ -42,8 +42,9 @@ class ConstrainedSession:
     tools: functions the model may call (see `guided.tools`: OpenAI or Responses function
         definitions, pydantic model classes, typed Python functions), with tool_choice ("auto",
         "required", "none" or {"type": "function", "function": {"name": ...}}),
-        parallel_tool_calls (True) and tool_format (None: detected from the chat template, else
-        "hermes", "llama3" or "generic"). The result has `tool_calls` and `content`.
+        parallel_tool_calls (True) and tool_format (None: detected from the chat template, else one
+        of `guided.tool_formats.FORMATS`: "hermes", "llama3", "mistral", "mistral_names", "phi4",
+        "pythonic", "qwen3_coder", "generic"). The result has `tool_calls` and `content`.
 
     Options: any_whitespace (False), strict (True), lenient (False): see `guided.spec`.
     jump_forward (True): append grammar-forced tokens without sampling.
@@ -242,19 +243,12 @@ class ConstrainedSession:
         if self.tools is None:
             return None
         decode = self.tokenizer_info.ll_tokenizer.decode_bytes
-        return CallTracker(
-            self.compiled.matcher(), lambda t: decode([t]), self.tools.fmt, self.tools.mode, self.tools.markers
-        )
+        return CallTracker(self.compiled.matcher(), lambda t: decode([t]), self.tools)
 
     def tool_prompt(self, prompt):
-        """`prompt` with the generic format's system message (the tools and the JSON envelope), for
-        chat messages under `tools=` with the generic format; else `prompt` unchanged."""
-        system = self.tools.system_prompt if self.tools is not None else None
-        if system is None or not isinstance(prompt, list) or not prompt or not isinstance(prompt[0], dict):
-            return prompt
-        if prompt[0].get("role") == "system":
-            return [{**prompt[0], "content": f"{prompt[0].get('content') or ''}\n\n{system}".strip()}, *prompt[1:]]
-        return [{"role": "system", "content": system}, *prompt]
+        """`prompt` as the tool format's template needs it (`ToolConstraint.prompt`: the generic
+        format's system message, Phi-4-mini's system `tools` field); else `prompt` unchanged."""
+        return self.tools.prompt(prompt) if self.tools is not None else prompt
 
     def stream(
         self, prompt, *, max_tokens: int = 256, sampling: SamplingParams | None = None, **kwargs

@@ -7,10 +7,10 @@ Captures survive a matcher's rollback, and the decoding matcher is fed draft tok
 back, so they are read from a shadow matcher fed only the tokens that are final (`CallTracker`).
 
 `CallTracker` also labels every answer token for streaming (`Step.channels`): None for content,
-"call:<i>" for the JSON of call i, "markup" for markers and separators. A call opened by a special
-token is known at that token; a text trigger under auto (a bare or fenced JSON object at the
-output's start) is held back (`Step.hold`) until the grammar has committed to it, then relabelled.
-`CallStream` turns the labelled text into OpenAI's streamed call deltas.
+"call:<i>" for the text of call i, "markup" for markers and separators. A call opened by a special
+token is known at that token; a text trigger under auto (a bare, fenced or listed JSON call, a
+pythonic call at the output's start) is held back (`Step.hold`) until the grammar has committed to
+it, then relabelled. `CallStream` turns the labelled text into OpenAI's streamed call deltas.
 """
 
 from __future__ import annotations
@@ -21,16 +21,18 @@ import uuid
 from dataclasses import dataclass, field
 
 from guided.matcher import GrammarMatcher
-from guided.tools import args_key, auto_triggers
+from guided.tool_formats import CALL_HEAD, FORMATS, read_capture
+from guided.tools import ToolConstraint
 
 MARKUP = "markup"
-_HEAD = re.compile(r'\s*\{"name": "((?:[^"\\]|\\.)*)", "(?:arguments|parameters)": ')
+_MISTRAL_HEAD = re.compile(r"\s*([\w.-]+)(?:\[ARGS\])?(?=\{)")  # [ARGS] is not shown where it is special
 
 
 @dataclass
 class ToolCall:
-    """One call: `arguments` is its JSON text exactly as generated, `args` the parsed dict; index:
-    its place among the reply's calls (OpenAI's streamed `tool_calls[].index`)."""
+    """One call: `arguments` is its JSON text exactly as generated (converted to JSON for the
+    pythonic and qwen3_coder formats, `guided.tool_formats`), `args` the parsed dict; index: its
+    place among the reply's calls (OpenAI's streamed `tool_calls[].index`)."""
 
     id: str
     name: str
@@ -43,26 +45,17 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def split_call(text: str) -> tuple[str, str] | None:
-    """(name, arguments text) of a complete call JSON as the grammar writes it, else None."""
-    head = _HEAD.match(text)
-    body = text.rstrip()
-    if head is None or not body.endswith("}"):
-        return None
-    return json.loads(f'"{head.group(1)}"'), body[head.end() : -1]
-
-
-def calls_from_captures(captures: list[tuple[str, bytes]], fmt: str) -> tuple[list[ToolCall], str | None]:
+def calls_from_captures(captures: list[tuple[str, bytes]], tools: ToolConstraint) -> tuple[list[ToolCall], str | None]:
     """The calls among `captures` (`GrammarMatcher.captures()`), and the text answer of the generic
     envelope (`{"response": ...}`; None otherwise)."""
     calls, response = [], None
+    by_name = {t.name: t for t in tools.tools}
     for name, value in captures:
         text = value.decode("utf-8", errors="replace")
         if name == "response":
             response = json.loads(text)
-        elif name == "call_json" and (split := split_call(text)) is not None:
-            data = json.loads(text)
-            calls.append(ToolCall(new_call_id(), split[0], split[1], data[args_key(fmt)], len(calls)))
+        elif (call := read_capture(name, text, tools.fmt, by_name)) is not None:
+            calls.append(ToolCall(new_call_id(), call[0], call[1], call[2], len(calls)))
     return calls, response
 
 
@@ -70,19 +63,19 @@ class CallTracker:
     """Labels the answer tokens of one generation (see the module docstring) and keeps the calls.
 
     matcher: a fresh matcher of the tools grammar (the shadow, fed final answer tokens only).
-    decode: token id -> its bytes. fmt, mode: the constraint's format and mode. markers: the
-    special-token ids that open calls after text (`<tool_call>`, `<|python_tag|>`).
+    decode: token id -> its bytes. tools: the constraint (its format, mode, marker ids, triggers).
     """
 
-    def __init__(self, matcher: GrammarMatcher, decode, fmt: str, mode: str, markers: frozenset[int]):
-        self.shadow, self.decode, self.fmt, self.markers = matcher, decode, fmt, markers
-        if mode == "none":
+    def __init__(self, matcher: GrammarMatcher, decode, tools: ToolConstraint):
+        self.shadow, self.decode, self.tools = matcher, decode, tools
+        self.format = FORMATS.get(tools.fmt)
+        if tools.mode == "none":
             self.state = "text"
-        elif fmt == "generic":
+        elif self.format is None:
             self.state = "generic"  # the envelope is JSON throughout; calls come from the captures
         else:
-            self.state = {"required": MARKUP, "auto": "maybe"}.get(mode, "text")
-        self.triggers = [t.encode() for t in auto_triggers(fmt)]
+            self.state = {"required": MARKUP, "auto": "maybe"}.get(tools.mode, "text")
+        self.triggers = [(t.encode(), len(t[:at].encode())) for t, at in tools.triggers]
         self.calls = 0
         self.ends: list[int] = []  # answer tokens fed when each capture appeared
         self.fed = 0  # answer tokens fed
@@ -113,32 +106,35 @@ class CallTracker:
         if self.state == "maybe":
             self._held.append(data)
             text = b"".join(self._held)
-            if any(t.startswith(text) and t != text for t in self.triggers):
+            if any(t.startswith(text) and t != text for t, _ in self.triggers):
                 return None  # still held
-            trigger = next((t for t in self.triggers if text.startswith(t)), None)
+            trigger = next(((t, at) for t, at in self.triggers if text.startswith(t)), None)
             held, self._held = self._held, []
             if trigger is None:
                 self.state = "text"
                 return self._label_text(token)
-            # The grammar committed to a call: the bytes before its JSON are markup.
-            self.state, offset, json_at = "call", 0, len(trigger) - 1
+            # The grammar committed to a call: the bytes before the call itself are markup.
+            self.state, offset, call_at = "call", 0, trigger[1]
             mine = []
             for piece in held:
                 offset += len(piece)
-                mine.append(MARKUP if offset <= json_at else f"call:{self.calls}")
+                mine.append(MARKUP if offset <= call_at else f"call:{self.calls}")
             if len(held) > 1:
                 labels[len(labels) - len(held) + 1 :] = mine[:-1]
             return mine[-1]
         if self.state == "text":
             return self._label_text(token)
-        if self.state == MARKUP and b"{" in data:
+        if self.state == MARKUP and token not in self.tools.marker_ids and self._starts_call(data):
             self.state = "call"
         if self.state == "call":
             return f"call:{self.calls}"
         return MARKUP
 
+    def _starts_call(self, data: bytes) -> bool:
+        return self.format.starts_call(data) if self.format is not None else b"{" in data
+
     def _label_text(self, token: int) -> str | None:
-        if token in self.markers:
+        if token in self.tools.markers:
             self.state = MARKUP
             return MARKUP
         return None
@@ -147,20 +143,25 @@ class CallTracker:
         """The calls (and generic text answer) among the first `kept` answer tokens (the output may
         have been cut after the strategy saw it: max_tokens, a stop string)."""
         captures = [c for c, end in zip(self.shadow.captures(), self.ends) if end <= kept]
-        return calls_from_captures(captures, self.fmt)
+        return calls_from_captures(captures, self.tools)
 
 
 class CallStream:
     """OpenAI-style streamed call events from labelled text (`Delta.parts`): `feed(parts)` returns
     ("open", index, name) once a call's name is complete, then ("args", index, fragment) as its
-    arguments arrive. The envelope's closing brace and trailing whitespace are held back (they may
+    arguments arrive. The envelope's closing brace and trailing separators are held back (they may
     yet be arguments text); `finish(calls)` sends what the final calls add, so the fragments of a
-    call always concatenate to its `arguments`."""
+    call always concatenate to its `arguments`. tools: the constraint, for formats whose arguments
+    are not JSON as generated (pythonic, qwen3_coder: a call's arguments are sent whole when its
+    text is complete); None reads JSON envelopes only."""
 
-    def __init__(self):
+    def __init__(self, tools: ToolConstraint | None = None):
         self.text: dict[int, str] = {}
         self.sent: dict[int, str] = {}  # index -> arguments sent
         self.names: dict[int, str] = {}
+        self.tools = tools
+        self.format = FORMATS.get(tools.fmt) if tools is not None else None
+        self.by_name = {t.name: t for t in tools.tools} if tools is not None else {}
 
     def feed(self, parts: list[tuple[str | None, str]]) -> list[tuple]:
         events = []
@@ -169,17 +170,33 @@ class CallStream:
                 continue
             i = int(label[5:])
             self.text[i] = self.text.get(i, "") + text
-            head = _HEAD.match(self.text[i])
-            if head is None:
-                continue
-            if i not in self.names:
-                self.names[i] = json.loads(f'"{head.group(1)}"')
-                self.sent[i] = ""
-                events.append(("open", i, self.names[i]))
-            args = re.sub(r"\}?\s*$", "", self.text[i][head.end() :])
-            if len(args) > len(self.sent[i]):
-                events.append(("args", i, args[len(self.sent[i]) :]))
-                self.sent[i] = args
+            if i in self.names and i not in self.sent:
+                continue  # sent whole already
+            events += self._read(i)
+        return events
+
+    def _read(self, i: int) -> list[tuple]:
+        text, events = self.text[i], []
+        head = CALL_HEAD.match(text)
+        if head is not None:
+            args = re.sub(r"\}?[\s,\]]*$", "", text[head.end() :])
+        elif self.tools is not None and self.tools.fmt == "mistral_names" and (head := _MISTRAL_HEAD.match(text)):
+            args = re.sub(r"\s*$", "", text[head.end() :])
+        elif self.format is not None and self.format.read is not None:
+            call = self.format.read(text, self.by_name)
+            if call is None:
+                return []
+            self.names[i] = call[0]
+            return [("open", i, call[0]), ("args", i, json.dumps(call[1], ensure_ascii=False))]
+        else:
+            return []
+        if i not in self.names:
+            self.names[i] = json.loads(f'"{head.group(1)}"')
+            self.sent[i] = ""
+            events.append(("open", i, self.names[i]))
+        if len(args) > len(self.sent[i]):
+            events.append(("args", i, args[len(self.sent[i]) :]))
+            self.sent[i] = args
         return events
 
     def finish(self, calls: list[ToolCall]) -> list[tuple]:
@@ -188,6 +205,8 @@ class CallStream:
             if call.index not in self.names:
                 events.append(("open", call.index, call.name))
                 self.sent[call.index] = ""
+            elif call.index not in self.sent:
+                continue  # sent whole when its text was complete
             rest = call.arguments[len(self.sent[call.index]) :]
             if rest:
                 events.append(("args", call.index, rest))

@@ -1,5 +1,5 @@
-"""The tools constraint: tool definitions, the call formats of model families, and the one Lark
-grammar (llguidance dialect) that constrains a reply to text and/or tool calls.
+"""The tools constraint: tool definitions, and the one Lark grammar (llguidance dialect) that
+constrains a reply to text and/or tool calls in a family's format (`guided.tool_formats`).
 
 A tool is given in OpenAI's chat shape `{"type": "function", "function": {"name", "description",
 "parameters", "strict"}}`, the flat Responses shape `{"type": "function", "name", "parameters", ...}`,
@@ -7,21 +7,16 @@ as a pydantic model class (its JSON Schema; the name is the class name) or as a 
 function with type hints (pydantic's `TypeAdapter` of the signature; the description is the
 docstring). `Tool.template` is the OpenAI chat shape chat templates render.
 
-Formats (see docs/tools.md for the table):
+The formats (hermes, llama3, mistral, mistral_names, phi4, pythonic, qwen3_coder, generic) are
+detected from the chat template or chosen with `tool_format=`; docs/tools.md has the table. The
+"generic" format is for templates with no tool markup: the tools are described in a system message
+and the whole reply is one JSON envelope, `{"tool_calls": [call, ...]}` or `{"response": "text"}`
+(llama.cpp's generic handler does the same).
 
-- "hermes": `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` blocks, one per call,
-  separated by "\\n" (Qwen2.5, Qwen3, Hermes). Detected by `<tool_call>` in the chat template.
-- "llama3": a bare `{"name": ..., "parameters": {...}}`, calls separated by "; ", after
-  `<|python_tag|>` where the template uses it (Llama 3.1-3.3). Detected by `<|start_header_id|>`
-  with `"parameters"` or `ipython` in the template.
-- "generic": for templates with no tool markup: the tools are described in a system message and
-  the whole reply is one JSON envelope, `{"tool_calls": [call, ...]}` or `{"response": "text"}`
-  (llama.cpp's generic handler does the same).
-
-Every call's JSON is an llguidance capture (`call_json[capture]`): the call boundaries come from
-the grammar (`guided.toolcalls`), never from searching the text, so markup inside a string argument
-cannot split a call. Where a family's marker is one special token, the grammar uses the token
-(`token_ref`), which no text lexeme can produce: under "none" the marker cannot appear at all.
+Every call is one llguidance capture: the call boundaries come from the grammar (`guided.toolcalls`),
+never from searching the text, so markup inside a string argument cannot split a call. Where a
+family's marker is one special token, the grammar uses the token (`token_ref`), which no text lexeme
+can produce: under "none" the marker cannot appear at all.
 """
 
 from __future__ import annotations
@@ -32,14 +27,18 @@ from dataclasses import dataclass
 
 from guided.errors import SchemaError
 from guided.spec import check_metaschema, close_objects
+from guided.tool_formats import (
+    APPEND,
+    CALL_JSON_STYLE,
+    FORMATS,
+    PYTHON_TAG,
+    Pieces,
+    args_key,
+    detect_format,
+    json_text_forms,
+)
 
-# The templates render calls with json.dumps' default separators; the constraint matches them.
-CALL_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-FORMATS = ("hermes", "llama3", "generic")
 MODES = ("auto", "required", "none")
-FENCE = "```json\n"  # what small models write before a call under auto (the issue's BFCL finding)
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
-PYTHON_TAG = "<|python_tag|>"
 
 
 @dataclass(frozen=True)
@@ -104,22 +103,6 @@ def make_tool(tool) -> Tool:
     return Tool(name, parameters_schema(shown, strict), function.get("description"), strict, shown)
 
 
-def detect_format(chat_template: str | None) -> str:
-    """The tool-call format a chat template speaks (see the module docstring); "generic" when it
-    has no tool markup this module knows."""
-    template = chat_template or ""
-    if HERMES_OPEN in template:
-        return "hermes"
-    if "<|start_header_id|>" in template and ('"parameters"' in template or "ipython" in template):
-        return "llama3"
-    return "generic"
-
-
-def args_key(fmt: str) -> str:
-    """The key of a call's arguments in its JSON, per format."""
-    return "parameters" if fmt == "llama3" else "arguments"
-
-
 def call_schema(tools: list[Tool], key: str = "arguments") -> dict:
     """JSON Schema of one call's JSON: `{"name": const, key: parameters}` for any of `tools`."""
     options = [
@@ -146,7 +129,7 @@ def token_ref(text: str, hf_tokenizer, ll_tokenizer) -> str:
 
 
 def _regex_escape(text: str) -> str:
-    return "".join(c if c.isalnum() or c == " " else "\\n" if c == "\n" else "\\" + c for c in text)
+    return "".join(c if c.isalnum() or c in " _" else "\\n" if c == "\n" else "\\" + c for c in text)
 
 
 def text_not_starting_with(prefixes: list[str]) -> str:
@@ -168,65 +151,56 @@ def text_not_starting_with(prefixes: list[str]) -> str:
     return "(" + "|".join(alternatives) + ")"
 
 
-def auto_triggers(fmt: str) -> list[str]:
-    """The texts that begin a call at the start of the output under auto (besides the format's
-    special-token markers): a bare JSON object, and a fenced one (what small models write). Text
-    starting otherwise is text. Each trigger ends at the byte where the call JSON begins, so the
-    free-text lexeme dies exactly where the fence's literal ends (llguidance's lexer is greedy and
-    does not backtrack further)."""
-    return ["{", FENCE + "{"]
-
-
-def tool_grammar(fmt: str, tools: list[Tool], *, mode: str, parallel: bool, refs: dict[str, str]) -> str:
-    """The Lark grammar of a reply under `fmt` and `mode` ("auto", "required", "none").
+def tool_grammar(
+    fmt: str, tools: list[Tool], *, mode: str, parallel: bool, refs: dict[str, str]
+) -> tuple[str, list[tuple[str, int]]]:
+    """The Lark grammar of a reply under `fmt` and `mode` ("auto", "required", "none"), and the
+    text triggers of its calls at the output's start ((text, offset where the call begins); free
+    text may not start with them).
 
     tools: the functions a call may use (one for a named tool_choice). parallel: allow several calls.
-    refs: the Lark spelling of each marker text the format uses (`token_ref`).
-    Raises ValueError for an unknown format or mode.
+    refs: the Lark spelling of each marker text the format uses (`token_ref`). Raises ValueError for
+    an unknown format or mode, or a marker the format needs as a special token the tokenizer lacks.
     """
     if fmt not in FORMATS:
         raise ValueError(f"tool_format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if mode not in MODES:
         raise ValueError(f"tool mode must be one of {', '.join(MODES)}, got {mode!r}")
-    head = "%llguidance {}\n"
+    head = "%llguidance {}\nNL: /\\n\\n?/\n"
     body = json.dumps(call_schema(tools, args_key(fmt)), ensure_ascii=False)
-    capture = f"call_json[capture]: %json {body}\n"
-    if mode == "none":
-        # Free text; a special-token marker cannot come out of a text lexeme, so no call starts.
-        return head + "start: TEXT?\nTEXT: /(.|\\n)+/\n"
-    if fmt == "generic":
+    capture = f'call_json[capture="{APPEND}call_json"]: %json {body}\n'
+    f = FORMATS[fmt]
+    if f is None:  # generic: the whole reply is one JSON envelope
+        if mode == "none":
+            return head + "start: TEXT?\nTEXT: /(.|\\n)+/\n", []
         more = ' (", " call_json)*' if parallel else ""
         rules = f'calls: "{{\\"tool_calls\\": [" call_json{more} "]}}"\n'
         rules += 'answer: "{\\"response\\": " response "}"\nresponse[capture]: %json {"type": "string"}\n'
-        return head + f"start: calls{' | answer' if mode == 'auto' else ''}\n" + rules + capture
-    if fmt == "hermes":
-        open_ref, close_ref = refs[HERMES_OPEN], refs[HERMES_CLOSE]
-        block = f'{open_ref} "\\n" call_json "\\n" {close_ref}'
-        rules = 'calls: block ("\\n" block)*\n' if parallel else "calls: block\n"
-        rules += f"block: {block}\n"
-        if not open_ref.startswith("<["):
-            raise ValueError(f"{HERMES_OPEN} is not a special token of this tokenizer: use tool_format='generic'")
-        marked = True
-    else:  # llama3
-        tag = refs.get(PYTHON_TAG)
-        more = ' ("; " call_json)*' if parallel else ""
-        rules = f"calls: {tag + '? ' if tag else ''}call_json{more}\n"
-        marked = bool(tag and tag.startswith("<["))
+        return head + f"start: calls{' | answer' if mode == 'auto' else ''}\n" + rules + capture, []
+    pieces = Pieces(tools, parallel, refs)
+    triggers = f.triggers(pieces)
+    if mode == "none":
+        # Free text; a special-token marker cannot come out of a text lexeme, so no call starts. A
+        # format without one (pythonic) bans the text its calls start with instead.
+        text = text_not_starting_with([t for t, _ in triggers]) if f.opener is None else "(.|\\n)+"
+        return head + f"start: TEXT?\nTEXT: /{text}/\n", []
+    for marker in f.special:
+        if not refs[marker].startswith("<["):
+            raise ValueError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'")
+    rules = f.rules(pieces)
     if mode == "required":
-        return head + "start: calls\n" + rules + capture
-    # auto: text, or calls. At the output's start a bare or fenced call JSON is a call (`auto_triggers`);
-    # text may not start so. A special-token marker after text starts the calls.
-    text = text_not_starting_with(auto_triggers(fmt))
-    options = ["TEXT", "calls", f'"{_lark_escape(FENCE)}" call_json "\\n```"']
-    if fmt == "hermes":
-        options.append("call_json")  # the bare call JSON small models write instead of a block
-    if marked:
-        options.append("TEXT calls")
-    return head + f"start: {' | '.join(options)}\nTEXT: /{text}/\n" + rules + capture
-
-
-def _lark_escape(text: str) -> str:
-    return json.dumps(text)[1:-1]
+        return head + "start: calls\n" + rules + capture, []
+    # auto: text, or calls. At the output's start the format's own calls, or the JSON calls small
+    # models write (`json_text_forms`); text may not start as those do. A special-token opener after
+    # text starts the calls.
+    options = ["TEXT", "calls"]
+    if f.json_text:
+        forms, form_rules, form_triggers = json_text_forms(pieces, f.bare)
+        options, rules, triggers = options + forms, rules + form_rules, triggers + form_triggers
+    if f.opener in refs and refs[f.opener].startswith("<["):
+        options.append(f"TEXT {f.after_text}")
+    text = text_not_starting_with([t for t, _ in triggers]) if triggers else "(.|\\n)*"
+    return head + f"start: {' | '.join(options)}\nTEXT: /{text}/\n" + rules + capture, triggers
 
 
 def generic_system_prompt(tools: list[Tool], mode: str) -> str:
@@ -244,7 +218,9 @@ def generic_system_prompt(tools: list[Tool], mode: str) -> str:
 class ToolConstraint:
     """A tools constraint built for one tokenizer: the grammar and what decoding and the reply
     need. mode: "auto", "required" or "none" (a named function is "required" over one tool,
-    `parallel` False). markers: special-token ids that open calls after text."""
+    `parallel` False). markers: special-token ids that open calls after text; marker_ids: the ids
+    of all the format's markers that are special tokens; triggers: the texts that start a call at
+    the output's start under auto, with the offset where the call itself begins."""
 
     tools: list[Tool]
     fmt: str
@@ -252,6 +228,8 @@ class ToolConstraint:
     parallel: bool
     grammar: str
     markers: frozenset[int]
+    marker_ids: frozenset[int] = frozenset()
+    triggers: tuple[tuple[str, int], ...] = ()
 
     @property
     def template_tools(self) -> list[dict] | None:
@@ -262,6 +240,22 @@ class ToolConstraint:
     @property
     def system_prompt(self) -> str | None:
         return generic_system_prompt(self.tools, self.mode) if self.fmt == "generic" and self.mode != "none" else None
+
+    def prompt(self, messages):
+        """`messages` as the format's template needs them: the generic format's system message (the
+        tools and the JSON envelope) added; for phi4, the tools as JSON in the system message's
+        `tools` field, where Phi-4-mini's template reads them. Other prompts are returned unchanged."""
+        if self.mode == "none" or not isinstance(messages, list) or not messages or not isinstance(messages[0], dict):
+            return messages
+        system = messages[0] if messages[0].get("role") == "system" else None
+        rest = messages[1:] if system else messages
+        if self.fmt == "phi4":
+            tools = json.dumps([t.template["function"] for t in self.tools], ensure_ascii=False)
+            return [{"role": "system", "content": "", **(system or {}), "tools": tools}, *rest]
+        if self.system_prompt is None:
+            return messages
+        content = f"{(system or {}).get('content') or ''}\n\n{self.system_prompt}".strip()
+        return [{**(system or {"role": "system"}), "content": content}, *rest]
 
 
 def tool_constraint(
@@ -278,7 +272,8 @@ def tool_constraint(
     names = [t.name for t in parsed]
     if len(set(names)) != len(names):
         raise ValueError("tool function names must be unique")
-    fmt = tool_format or detect_format(getattr(hf_tokenizer, "chat_template", None))
+    template = getattr(hf_tokenizer, "chat_template", None) or ""
+    fmt = tool_format or detect_format(template)
     choice = tool_choice or "auto"
     allowed, mode = parsed, choice
     if isinstance(choice, dict):
@@ -288,10 +283,11 @@ def tool_constraint(
         allowed, mode, parallel = [t for t in parsed if t.name == name], "required", False
     elif choice not in MODES:
         raise ValueError(f"tool_choice must be one of {', '.join(MODES)} or a named function, got {choice!r}")
-    refs = {t: token_ref(t, hf_tokenizer, ll_tokenizer) for t in (HERMES_OPEN, HERMES_CLOSE, PYTHON_TAG)}
-    if fmt == "llama3" and PYTHON_TAG not in (getattr(hf_tokenizer, "chat_template", None) or ""):
-        del refs[PYTHON_TAG]
-    grammar = tool_grammar(fmt, allowed, mode=mode, parallel=parallel, refs=refs)
-    marker_texts = {"hermes": [HERMES_OPEN], "llama3": [PYTHON_TAG] if PYTHON_TAG in refs else []}.get(fmt, [])
-    markers = frozenset(int(refs[m][2:-2]) for m in marker_texts if refs[m].startswith("<["))
-    return ToolConstraint(parsed, fmt, mode, parallel, grammar, markers)
+    f = FORMATS.get(fmt)
+    # llama3's <|python_tag|> only where the template uses it (Llama 3.1 does, 3.2 does not).
+    texts = [m for m in (f.markers if f else ()) if m != PYTHON_TAG or m in template]
+    refs = {m: token_ref(m, hf_tokenizer, ll_tokenizer) for m in texts}
+    grammar, triggers = tool_grammar(fmt, allowed, mode=mode, parallel=parallel, refs=refs)
+    ids = {m: int(r[2:-2]) for m, r in refs.items() if r.startswith("<[")}
+    markers = frozenset({ids[f.opener]} if f and f.opener in ids else ())
+    return ToolConstraint(parsed, fmt, mode, parallel, grammar, markers, frozenset(ids.values()), tuple(triggers))

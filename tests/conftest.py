@@ -105,12 +105,16 @@ def tiny_logit_width(vocabulary: int) -> int:
     return (vocabulary // 128 + 1) * 128
 
 
-def _write_tiny_tokenizer(folder: Path, added: tuple[str, ...] = (), chat_template: str | None = None) -> None:
+def _write_tiny_tokenizer(
+    folder: Path, added: tuple[str, ...] = (), chat_template: str | None = None, special: tuple[str, ...] = ()
+) -> None:
     """A small Qwen2.5-style tokenizer in `folder` (tokenizer.json, tokenizer_config.json,
     chat_template.jinja, special_tokens_map.json, generation_config.json): byte-level BPE with
     the merges of tests/data/tiny_corpus.txt (trained here, deterministic), Qwen's pre-tokenizer,
     NFC, <|endoftext|> / <|im_start|> / <|im_end|> as control tokens, <tool_call> and
-    </tool_call> then `added` as text-level added tokens, end ids <|endoftext|> and <|im_end|>.
+    </tool_call> then `added` as text-level added tokens, then `special` as control tokens (as
+    Mistral's [TOOL_CALLS], which the engine counts as special only so), end ids <|endoftext|> and
+    <|im_end|>.
     `chat_template`: the template (default tests/data/tiny_chat_template.jinja, Qwen2.5's markup)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -130,6 +134,7 @@ def _write_tiny_tokenizer(folder: Path, added: tuple[str, ...] = (), chat_templa
     backend.train_from_iterator([(DATA / "tiny_corpus.txt").read_text(encoding="utf-8")], trainer)
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TINY_SPECIAL])
     backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TINY_ADDED + added])
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
     hf = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     hf.chat_template = chat_template or (DATA / "tiny_chat_template.jinja").read_text(encoding="utf-8")
     hf.save_pretrained(str(folder))
@@ -197,7 +202,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def write_tiny_tokenizer():
-    """`write_tiny_tokenizer(folder, added=(), chat_template=None)`: see `_write_tiny_tokenizer`."""
+    """`write_tiny_tokenizer(folder, added=(), chat_template=None, special=())`: see `_write_tiny_tokenizer`."""
     return _write_tiny_tokenizer
 
 

@@ -166,7 +166,7 @@ class ChatReply(_Reply):
     async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
         """Chunks of one choice: the role, content / tool-call deltas (per call: its index, id and name
         once the name is complete, then `arguments` fragments as they are decoded), the finish_reason."""
-        calls = CallStream() if self.tools else None
+        calls = CallStream(getattr(self.constraint.session, "tools", None)) if self.tools else None
         splitter = self.reasoning.splitter() if self.reasoning else None
         streamed_content = False
         pending_logprobs: list[TokenLogprob] = []

@@ -1,0 +1,254 @@
+"""The tool-call formats of model families, one `ToolFormat` each: its markers, how a chat template
+reveals it, the Lark rules (llguidance dialect) of its calls, and how its captured calls become
+(name, arguments). `guided.tools` assembles a reply's grammar around these pieces; `guided.toolcalls`
+reads the captures and streams the calls. docs/tools.md has the table.
+
+Every call is exactly one llguidance capture, so the grammar, not a text search, gives its
+boundaries. The capture's name (after llguidance's `__LIST_APPEND:` prefix, which keeps two identical
+calls in a row as two captures) says how to read it:
+
+- "call_json": a JSON envelope `{"name": N, "<args key>": A}` (hermes, llama3, mistral, phi4,
+  generic, and the fenced / bare / array JSON calls small models write under auto): the arguments
+  are A's JSON text as generated.
+- "call": the format's own text of one call (pythonic `fn(a=1)`, Qwen3-Coder `<function=f>...`),
+  converted by the format's `read` to JSON arguments (`json.dumps`, the templates' separators).
+- "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from guided.tool_syntax import (
+    APPEND,
+    CALL_JSON_STYLE,
+    HERMES_CLOSE,
+    HERMES_OPEN,
+    Pieces,
+    pythonic_rules,
+    qwen3_coder_rules,
+    read_pythonic,
+    read_qwen3_coder,
+)
+
+FENCE = "```json\n"  # what small models write before a call under auto (the issue's BFCL finding)
+ARRAY_OPENS = ("[", "[\n", "[\n  ", "[\n    ")  # how small models open a JSON array of calls
+PYTHON_TAG = "<|python_tag|>"
+MISTRAL_CALLS, MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
+PHI_OPEN, PHI_CLOSE = "<|tool_call|>", "<|/tool_call|>"
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """One family's call format (`FORMATS` has them all, in detection order).
+
+    detect: chat template text -> whether the template speaks this format. opener: the marker that
+    opens calls after text (when it is a special token of the tokenizer); args_key: the key of the
+    arguments in its JSON envelope.
+    rules: Pieces -> the Lark rules defining `calls` (the format's own markup, at the output's start)
+        and the rule named `after_text` (calls that may follow free text under auto, which must
+        begin with the `opener` special token). markers: the marker texts the rules use; special:
+        those that must be one special token of the tokenizer (else the format cannot be used).
+    triggers: Pieces -> the texts (with the offset where the call itself begins) that start this
+        format's own calls at the output's start, which free text may not begin with under auto.
+    json_text: under auto also accept the fenced / bare / array JSON calls small models write
+        (`json_text_forms`); bare: include the bare form (llama3's own calls are bare already).
+    starts_call: a token's bytes -> whether it begins a call's text after markup (labels).
+    read: (a call's text, {name: Tool}) -> (name, arguments dict), None while it is incomplete: for
+        the "call" captures of formats whose arguments are not JSON as generated, whose calls
+        `guided.toolcalls.CallStream` then streams whole, when their text is complete.
+    """
+
+    name: str
+    detect: Callable[[str], bool]
+    rules: Callable[[Pieces], str]
+    markers: tuple[str, ...] = ()
+    special: tuple[str, ...] = ()
+    opener: str | None = None
+    after_text: str = "calls"
+    args_key: str = "arguments"
+    triggers: Callable[[Pieces], list[tuple[str, int]]] = field(default=lambda p: [])
+    json_text: bool = True
+    bare: bool = True
+    starts_call: Callable[[bytes], bool] = field(default=lambda data: b"{" in data)
+    read: Callable[[str, dict], tuple[str, dict] | None] | None = None
+
+
+def json_text_forms(p: Pieces, bare: bool) -> tuple[list[str], str, list[tuple[str, int]]]:
+    """The JSON calls small models write under auto instead of their markup: fenced blocks separated
+    by blank lines, a (fenced) JSON array of calls, bare objects on separate lines (`bare`); one call
+    unless parallel. Returns (start options, Lark rules, triggers with the offset of the first call)."""
+    rules = (
+        f'fenced: "```json\\n" call_json "\\n```"\nfenced_calls: fenced{p.more("NL fenced")}\n'
+        f"array: AOPEN call_json{p.more('ASEP call_json')} ACLOSE\n"
+        f'fenced_array: FOPEN call_json{p.more("ASEP call_json")} ACLOSE "\\n```"\n'
+        # The fence and the bracket are one lexeme: free text dies at the call's `{`, and the lexer
+        # can end only one lexeme there (it does not backtrack over two).
+        "AOPEN: /\\[(\\n(  |    )?)?/\nFOPEN: /```json\\n\\[(\\n(  |    )?)?/\n"
+        "ASEP: /,[ \\n]*/\nACLOSE: /[ \\n]*\\]/\n"
+    )
+    options = ["fenced_calls", "array", "fenced_array"]
+    triggers = [(FENCE + "{", len(FENCE))]
+    triggers += [(prefix + opening + "{", len(prefix + opening)) for prefix in ("", FENCE) for opening in ARRAY_OPENS]
+    if bare:
+        rules += f"bare_calls: call_json{p.more('NL call_json')}\n"
+        options.append("bare_calls")
+        triggers.append(("{", 0))
+    return options, rules, triggers
+
+
+# -- the formats -----------------------------------------------------------------------------------
+
+
+def _hermes(p: Pieces) -> str:
+    block = f'{p.refs[HERMES_OPEN]} "\\n" call_json "\\n" {p.refs[HERMES_CLOSE]}'
+    return f"calls: block{p.more('NL block')}\nblock: {block}\n"
+
+
+def _llama3(p: Pieces) -> str:
+    tag = p.refs.get(PYTHON_TAG)
+    more = p.more('"; " call_json')
+    rules = f"calls: {tag + '? ' if tag else ''}call_json{more}\n"
+    return rules + (f"tagged: {tag} call_json{more}\n" if tag else "")
+
+
+def _mistral_list(p: Pieces) -> str:
+    more = p.more('", " call_json')
+    return f'calls: {p.refs[MISTRAL_CALLS]} " "? "[" call_json{more} "]"\n'
+
+
+def _mistral_names(p: Pieces) -> str:
+    """`[TOOL_CALLS]name[ARGS]{...}`, the marker before each call (Mistral's v11+ templates)."""
+    names = " | ".join(f"m{i}" for i in range(len(p.tools)))
+    rules = [f"calls: mcall{p.more('mcall')}\nmcall: {p.refs[MISTRAL_CALLS]} ({names})\n"]
+    for i, tool in enumerate(p.tools):
+        body = json.dumps({**tool.parameters, "x-guidance": CALL_JSON_STYLE}, ensure_ascii=False)
+        rules.append(f"m{i}: {json.dumps(tool.name)} {p.refs[MISTRAL_ARGS]} margs{i}\n")
+        rules.append(f"margs{i}[capture={json.dumps(APPEND + 'args:' + tool.name)}]: %json {body}\n")
+    return "".join(rules)
+
+
+def _phi4(p: Pieces) -> str:
+    """`<|tool_call|>[call, ...]<|/tool_call|>` (a bare call inside the markers is accepted too)."""
+    listed = '"[" call_json' + p.more('", " call_json') + ' "]"'
+    block = f"{p.refs[PHI_OPEN]} ({listed} | call_json) {p.refs[PHI_CLOSE]}"
+    return f"calls: block{p.more('NL? block')}\nblock: {block}\n"
+
+
+# -- the registry, in detection order -------------------------------------------------------------
+
+FORMATS: dict[str, ToolFormat | None] = {
+    f.name: f
+    for f in (
+        ToolFormat(
+            "qwen3_coder",
+            lambda t: "<function=" in t and "<parameter=" in t,
+            qwen3_coder_rules,
+            markers=(HERMES_OPEN, HERMES_CLOSE),
+            special=(HERMES_OPEN,),
+            opener=HERMES_OPEN,
+            starts_call=lambda data: b"<" in data or b"{" in data,
+            read=read_qwen3_coder,
+        ),
+        ToolFormat(
+            "mistral_names",
+            lambda t: MISTRAL_CALLS in t and MISTRAL_ARGS in t,
+            _mistral_names,
+            markers=(MISTRAL_CALLS, MISTRAL_ARGS),
+            special=(MISTRAL_CALLS,),
+            opener=MISTRAL_CALLS,
+            json_text=False,  # its calls start at any token after the marker: fences would read as calls
+            starts_call=lambda data: True,
+        ),
+        ToolFormat(
+            "mistral",
+            lambda t: MISTRAL_CALLS in t,
+            _mistral_list,
+            markers=(MISTRAL_CALLS,),
+            special=(MISTRAL_CALLS,),
+            opener=MISTRAL_CALLS,
+        ),
+        ToolFormat(
+            "phi4",
+            lambda t: "<|tool|>" in t or PHI_OPEN in t,
+            _phi4,
+            markers=(PHI_OPEN, PHI_CLOSE),
+            special=(PHI_OPEN, PHI_CLOSE),
+            opener=PHI_OPEN,
+        ),
+        ToolFormat(
+            "hermes",
+            lambda t: HERMES_OPEN in t,
+            _hermes,
+            markers=(HERMES_OPEN, HERMES_CLOSE),
+            special=(HERMES_OPEN,),
+            opener=HERMES_OPEN,
+        ),
+        ToolFormat(
+            "llama3",
+            lambda t: "<|start_header_id|>" in t and ('"parameters"' in t or "ipython" in t),
+            _llama3,
+            markers=(PYTHON_TAG,),
+            opener=PYTHON_TAG,
+            after_text="tagged",
+            args_key="parameters",
+            triggers=lambda p: [("{", 0)],
+            bare=False,  # its own calls are bare JSON objects already
+        ),
+        ToolFormat(
+            "pythonic",
+            lambda t: "func_name1(" in t,
+            pythonic_rules,
+            triggers=lambda p: [(f"[{t.name}(", 1) for t in p.tools],
+            json_text=False,  # a call starts at a name after markup: fences would read as calls
+            starts_call=lambda data: re.search(rb"[A-Za-z_]", data) is not None,
+            read=read_pythonic,
+        ),
+    )
+} | {"generic": None}  # the JSON envelope for templates without tool markup (`guided.tools`)
+
+
+def detect_format(chat_template: str | None) -> str:
+    """The tool-call format a chat template speaks (the first in `FORMATS` whose markup it has);
+    "generic" when it has none this module knows."""
+    template = chat_template or ""
+    return next((name for name, f in FORMATS.items() if f is not None and f.detect(template)), "generic")
+
+
+def args_key(fmt: str) -> str:
+    """The key of a call's arguments in its JSON envelope, per format."""
+    f = FORMATS.get(fmt)
+    return f.args_key if f is not None else "arguments"
+
+
+CALL_HEAD = re.compile(r'[\s\[,]*\{"name": "((?:[^"\\]|\\.)*)", "(?:arguments|parameters)": ')
+
+
+def split_call(text: str) -> tuple[str, str] | None:
+    """(name, arguments text) of a complete call JSON envelope as the grammar writes it, else None."""
+    head = CALL_HEAD.match(text)
+    if head is None:
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(text, head.end())
+    except json.JSONDecodeError:
+        return None
+    return json.loads(f'"{head.group(1)}"'), text[head.end() : end]
+
+
+def read_capture(name: str, text: str, fmt: str, tools: dict) -> tuple[str, str, dict] | None:
+    """(name, arguments JSON text, arguments dict) of one capture of a call (see the module
+    docstring), or None for a capture that is not a call. tools: {name: guided.tools.Tool}."""
+    name = name.removeprefix(APPEND)
+    if name == "call_json":
+        split = split_call(text)
+        return None if split is None else (split[0], split[1], json.loads(text)[args_key(fmt)])
+    if name.startswith("args:"):
+        return name[5:], text, json.loads(text)
+    f = FORMATS.get(fmt)
+    if name == "call" and f is not None and f.read is not None and (call := f.read(text, tools)) is not None:
+        return call[0], json.dumps(call[1], ensure_ascii=False), call[1]
+    return None

@@ -1,0 +1,388 @@
+"""The tool-call formats of `guided.tool_formats` on tiny random-weight models whose tokenizer carries
+each family's marker tokens and whose chat template has its markup (small templates modelled on the
+real ones), through `ConstrainedSession` and the server; and the parallel JSON calls small models
+write under auto, on the tiny Qwen-style model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import pytest
+
+from guided import ConstrainedSession
+from guided.tool_formats import FORMATS
+from guided.toolcalls import CallStream
+from runtime import load_model
+
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
+UNIT = {
+    "type": "function",
+    "function": {
+        "name": "set_unit",
+        "parameters": {
+            "type": "object",
+            "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["unit"],
+        },
+    },
+}
+TOGGLE = {
+    "type": "function",
+    "function": {
+        "name": "toggle",
+        "parameters": {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]},
+    },
+}
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (SEARCH, UNIT, TOGGLE)}
+USER = [{"role": "user", "content": "Hi"}]
+CHATML = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + "
+    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+TOOLS_JSON = "{%- if tools %}{{- '<|im_start|>system\\n' + (tools | tojson) + '<|im_end|>\\n' }}{%- endif %}"
+# family: (its special tokens, a chat template with its call markup, two calls in its markup, where the
+# first call's string argument holds markup-like text that must not end the call)
+FAMILIES = {
+    "mistral": (
+        ("[TOOL_CALLS]", "[INST]", "[/INST]"),  # control tokens, as in Mistral's tokenizer
+        "{%- for message in messages %}{%- if message.role == 'user' %}[INST] {{ message.content }}[/INST]"
+        "{%- elif message.tool_calls %}[TOOL_CALLS] [{%- for c in message.tool_calls %}"
+        '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments }}}'
+        "{%- if not loop.last %}, {% endif %}{%- endfor %}]<|im_end|>"
+        "{%- else %}{{ message.content }}<|im_end|>{%- endif %}{%- endfor %}",
+        '[TOOL_CALLS] [{"name": "search", "arguments": {"query": "a}], b"}}, '
+        '{"name": "set_unit", "arguments": {"unit": "celsius"}}]',
+    ),
+    "mistral_names": (
+        ("[TOOL_CALLS]", "[ARGS]", "[INST]", "[/INST]"),
+        "{%- for message in messages %}{%- if message.role == 'user' %}[INST]{{ message.content }}[/INST]"
+        "{%- elif message.tool_calls %}{%- for c in message.tool_calls %}[TOOL_CALLS]{{ c.function.name }}"
+        "[ARGS]{{ c.function.arguments }}{%- endfor %}<|im_end|>"
+        "{%- else %}{{ message.content }}<|im_end|>{%- endif %}{%- endfor %}",
+        '[TOOL_CALLS]search[ARGS]{"query": "a}, set_unit{"}[TOOL_CALLS]set_unit[ARGS]{"unit": "celsius"}',
+    ),
+    "phi4": (
+        (
+            "<|system|>",
+            "<|user|>",
+            "<|assistant|>",
+            "<|end|>",
+            "<|tool|>",
+            "<|/tool|>",
+            "<|tool_call|>",
+            "<|/tool_call|>",
+        ),
+        "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] "
+        "is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + "
+        "'<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}",
+        '<|tool_call|>[{"name": "search", "arguments": {"query": "a}] b"}}, '
+        '{"name": "set_unit", "arguments": {"unit": "celsius"}}]<|/tool_call|>',
+    ),
+    "llama3": (
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"),
+        "{%- for message in messages %}{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' }}"
+        "{%- if message.tool_calls %}{{- '<|python_tag|>' }}{%- for c in message.tool_calls %}"
+        '{"name": "{{ c.function.name }}", "parameters": {{ c.function.arguments }}}'
+        "{%- if not loop.last %}; {% endif %}{%- endfor %}{%- else %}{{- message.content }}{%- endif %}"
+        "{{- '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+        "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}",
+        '<|python_tag|>{"name": "search", "parameters": {"query": "a}; {"}}; '
+        '{"name": "set_unit", "parameters": {"unit": "celsius"}}',
+    ),
+    "pythonic": (
+        (),
+        "{%- if tools %}{{- '<|im_start|>system\\nHere is a list of functions in JSON format that you can invoke:\\n'"
+        " + (tools | tojson) + '\\nReply in the format [func_name1(params_name1=params_value1, "
+        "params_name2=params_value2...), func_name2(params)]<|im_end|>\\n' }}{%- endif %}" + CHATML,
+        '[search(query="a), set_unit(unit=\'b\')]"), set_unit(unit="celsius")]',
+    ),
+    "qwen3_coder": (
+        (),
+        TOOLS_JSON + "{{- 'Call tools as <tool_call>\\n<function=name>\\n<parameter=p>\\nvalue\\n</parameter>\\n"
+        "</function>\\n</tool_call>' }}" + CHATML,
+        "<tool_call>\n<function=search>\n<parameter=query>\na </function>\n</parameter> b\n</parameter>\n</function>\n"
+        "</tool_call>\n<tool_call>\n<function=set_unit>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n"
+        "</tool_call>",
+    ),
+}
+FIRST_QUERY = {
+    "mistral": "a}], b",
+    "mistral_names": "a}, set_unit{",
+    "phi4": "a}] b",
+    "llama3": "a}; {",
+    "pythonic": "a), set_unit(unit='b')]",
+    "qwen3_coder": "a </function>\n</parameter> b",
+}
+
+
+@pytest.fixture(scope="module")
+def family_model(tmp_path_factory, write_tiny_tokenizer, write_tiny_network):
+    """format name -> a tiny random qwen2 network with that family's tokens and template (built once)."""
+    built = {}
+
+    def build(fmt: str):
+        if fmt not in built:
+            folder = tmp_path_factory.mktemp(f"tiny-{fmt}")
+            tokens, template = FAMILIES[fmt][:2]
+            control = tokens if fmt.startswith("mistral") else ()  # the others are added tokens
+            write_tiny_tokenizer(
+                folder, added=tuple(t for t in tokens if t not in control), chat_template=template, special=control
+            )
+            write_tiny_network(folder, "qwen2")
+            built[fmt] = load_model(folder)
+        return built[fmt]
+
+    return build
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, family_model):
+    return request.param, family_model(request.param)
+
+
+def _ids(session, text: str) -> list[int]:
+    """Token ids of `text` with the format's markers as their special tokens, the rest as text."""
+    hf, ll = session.model.tokenizer.hf, session.tokenizer_info.ll_tokenizer
+    markers = [m for m in FORMATS[session.tools.fmt].markers if m in hf.get_vocab()]
+    ids = []
+    for piece in re.split("(" + "|".join(map(re.escape, markers)) + ")", text) if markers else [text]:
+        ids += [hf.convert_tokens_to_ids(piece)] if piece in markers else ll.tokenize_str(piece) if piece else []
+    return ids
+
+
+def _forced(session, text: str):
+    """Feed `text`'s tokens to a fresh matcher and to the session's call tracker as the answer:
+    (the grammar accepts the whole text, calls, streamed events)."""
+    ids = _ids(session, text)
+    matcher = session.compiled.matcher()
+    accepted = matcher.accept_tokens(ids) and matcher.is_accepting()
+    tracker = session.tracker()
+    tracker.start = 0
+    labels = []
+    for t in ids:
+        out = tracker.feed([t])
+        labels[len(labels) - (len(out) - 1) :] = out
+    calls, _ = tracker.result(len(ids))
+    hf = session.model.tokenizer.hf
+    parts = [(label, hf.decode([t])) for t, label in zip(ids, labels)]
+    stream = CallStream(session.tools)
+    events = stream.feed(parts) + stream.finish(calls)
+    for call in calls:  # what every forced call must satisfy
+        assert json.loads(call.arguments) == call.args
+        assert ("open", call.index, call.name) in events and _fragments(events, call.index) == call.arguments
+    return accepted, calls, labels
+
+
+def _fragments(events, index: int) -> str:
+    return "".join(e[2] for e in events if e[0] == "args" and e[1] == index)
+
+
+def test_format_detected_from_the_template(family):
+    fmt, model = family
+    assert ConstrainedSession(model, tools=[SEARCH]).tools.fmt == fmt
+
+
+def test_two_calls_parse_with_markup_inside_an_argument(family):
+    """Two calls in the family's markup, under auto: the grammar takes them, each call's boundaries
+    are the grammar's (the markup-like text stays inside the first argument), the arguments
+    validate, and the streamed fragments concatenate to each call's arguments."""
+    fmt, model = family
+    session = ConstrainedSession(model, tools=[SEARCH, UNIT])
+    accepted, calls, _ = _forced(session, FAMILIES[fmt][2])
+    assert accepted
+    assert [(c.name, c.args) for c in calls] == [
+        ("search", {"query": FIRST_QUERY[fmt]}),
+        ("set_unit", {"unit": "celsius"}),
+    ]
+    for call in calls:
+        jsonschema.validate(call.args, SCHEMAS[call.name])
+
+
+def test_parallel_false_takes_one_call(family):
+    fmt, model = family
+    session = ConstrainedSession(model, tools=[SEARCH, UNIT], tool_choice="required", parallel_tool_calls=False)
+    accepted, _, _ = _forced(session, FAMILIES[fmt][2])
+    assert not accepted
+
+
+def test_none_cannot_start_a_call(family):
+    fmt, model = family
+    session = ConstrainedSession(model, tools=[SEARCH, UNIT], tool_choice="none")
+    opener = FORMATS[fmt].opener
+    if opener is not None:
+        assert not session.matcher.accept_token(model.tokenizer.hf.convert_tokens_to_ids(opener))
+    else:
+        accepted, _, _ = _forced(session, FAMILIES[fmt][2])
+        assert not accepted
+    assert session.generate(USER, max_tokens=8).tool_calls == []
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_required_generation_streams_the_whole_arguments(family, parallel):
+    """The random network under "required": calls in the family's format that validate, streamed
+    fragments that concatenate to the whole reply's arguments."""
+    fmt, model = family
+    session = ConstrainedSession(model, tools=[UNIT, TOGGLE], tool_choice="required", parallel_tool_calls=parallel)
+    # The random network rarely picks an end id (its head rows are zero) and may go on listing calls:
+    # a bias on the end ids and on the tokens that close a list lets it end where the grammar allows.
+    ends = [t for t, i in model.tokenizer.hf.get_vocab().items() if "]" in t] if parallel else []
+    bias = {i: 6.0 for i in [*model.tokenizer.eos_ids, *(model.tokenizer.hf.convert_tokens_to_ids(ends))]}
+    deltas = list(session.stream(USER, max_tokens=200, logit_bias=bias))
+    result = deltas[-1].result
+    assert result.finish_reason == "stop" and result.valid, result.errors
+    assert result.tool_calls and (parallel or len(result.tool_calls) == 1)
+    stream = CallStream(session.tools)
+    events = [e for d in deltas for e in stream.feed(d.parts)] + stream.finish(result.tool_calls)
+    for call in result.tool_calls:
+        jsonschema.validate(call.args, SCHEMAS[call.name])
+        assert ("open", call.index, call.name) in events and _fragments(events, call.index) == call.arguments
+
+
+def test_named_function_is_exactly_one_call(family):
+    _, model = family
+    choice = {"type": "function", "function": {"name": "toggle"}}
+    result = ConstrainedSession(model, tools=[UNIT, TOGGLE], tool_choice=choice).generate(USER, max_tokens=120)
+    assert result.valid, result.errors
+    assert [c.name for c in result.tool_calls] == ["toggle"] and isinstance(result.tool_calls[0].args["on"], bool)
+
+
+TYPED = {
+    "type": "function",
+    "function": {
+        "name": "typed",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer"},
+                "x": {"type": "number"},
+                "on": {"type": "boolean"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "opts": {"type": "object", "properties": {"k": {"type": "integer"}}},
+                "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            },
+            "required": ["n"],
+        },
+    },
+}
+TYPED_ARGS = {"n": 3, "x": 1.5, "on": True, "tags": ["a", "b"], "opts": {"k": 1}, "note": None}
+
+
+def test_pythonic_values_by_parameter_type(family_model):
+    """Python literals per parameter type (True/False, None, lists, dicts, either quote), converted
+    to JSON arguments; optional parameters may be left out, in order; a wrong type is refused."""
+    session = ConstrainedSession(family_model("pythonic"), tools=[TYPED, SEARCH])
+    text = '[typed(n=3, x=1.5, on=True, tags=["a", \'b\'], opts={"k": 1}, note=None), typed(n=-2, on=False)]'
+    accepted, calls, labels = _forced(session, text)
+    assert accepted and None not in labels
+    assert [c.args for c in calls] == [TYPED_ARGS, {"n": -2, "on": False}]
+    assert calls[0].arguments == json.dumps(TYPED_ARGS)
+    for wrong in ('[typed(n="3")]', "[typed(x=1.5)]", "[typed(on=True, n=3)]", "[typed(n=3, on=true)]"):
+        assert not _forced(session, wrong)[0], wrong
+
+
+def test_qwen3_coder_values_by_parameter_type(family_model):
+    """String parameters as raw text, the others as JSON, converted to JSON arguments."""
+    session = ConstrainedSession(family_model("qwen3_coder"), tools=[TYPED], tool_choice="required")
+    values = "".join(
+        f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n" for k, v in TYPED_ARGS.items()
+    )
+    accepted, calls, _ = _forced(session, f"<tool_call>\n<function=typed>\n{values}</function>\n</tool_call>")
+    assert accepted and [c.args for c in calls] == [TYPED_ARGS]
+    text = "<tool_call>\n<function=typed>\n<parameter=n>\nthree\n</parameter>\n</function>\n</tool_call>"
+    assert not _forced(session, text)[0]
+
+
+# -- the JSON calls small models write under auto (the tiny Qwen-style model, hermes) ----------------
+
+CALL_A = '{"name": "search", "arguments": {"query": "a"}}'
+CALL_B = '{"name": "set_unit", "arguments": {"unit": "celsius"}}'
+# form: (two calls, one call) as small models write them
+PARALLEL_FORMS = {
+    "fenced blocks": (f"```json\n{CALL_A}\n```\n\n```json\n{CALL_B}\n```", f"```json\n{CALL_A}\n```"),
+    "array": (f"[{CALL_A}, {CALL_B}]", f"[{CALL_A}]"),
+    "fenced array": (f"```json\n[\n  {CALL_A},\n  {CALL_B}\n]\n```", f"```json\n[\n  {CALL_A}\n]\n```"),
+    "bare lines": (f"{CALL_A}\n{CALL_B}", CALL_A),
+    "hermes blocks": (
+        f"<tool_call>\n{CALL_A}\n</tool_call>\n<tool_call>\n{CALL_B}\n</tool_call>",
+        f"<tool_call>\n{CALL_A}\n</tool_call>",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", list(PARALLEL_FORMS))
+def test_auto_parallel_forms_are_several_calls(tiny_model, form):
+    """Under auto with parallel_tool_calls, each form small models write for several calls comes
+    back as that many tool calls (no content); with parallel_tool_calls false only one call."""
+    two, one = PARALLEL_FORMS[form]
+    session = ConstrainedSession(tiny_model, tools=[SEARCH, UNIT])
+    accepted, calls, labels = _forced(session, two)
+    assert accepted and None not in labels
+    assert [(c.name, c.args) for c in calls] == [("search", {"query": "a"}), ("set_unit", {"unit": "celsius"})]
+    single = ConstrainedSession(tiny_model, tools=[SEARCH, UNIT], parallel_tool_calls=False)
+    assert not _forced(single, two)[0]
+    accepted, calls, _ = _forced(single, one)
+    assert accepted and [c.name for c in calls] == ["search"]
+
+
+def test_identical_calls_in_a_row_are_two_calls(tiny_model):
+    """llguidance drops a capture equal to the previous one of its name unless the name says to
+    append: the same call twice (a parallel question asking for it twice) is two calls."""
+    session = ConstrainedSession(tiny_model, tools=[SEARCH, UNIT])
+    for text in (f"{CALL_A}\n{CALL_A}", f"<tool_call>\n{CALL_A}\n</tool_call>\n<tool_call>\n{CALL_A}\n</tool_call>"):
+        accepted, calls, _ = _forced(session, text)
+        assert accepted and [c.args for c in calls] == [{"query": "a"}, {"query": "a"}]
+
+
+def test_auto_json_inside_prose_is_text(tiny_model):
+    session = ConstrainedSession(tiny_model, tools=[SEARCH, UNIT])
+    accepted, calls, labels = _forced(session, f"Like this: {CALL_A}\n[{CALL_B}]")
+    assert accepted and calls == [] and set(labels) == {None}
+
+
+# -- the server, with the official openai client ----------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["mistral", "pythonic"])
+def family_server(request, family_model):
+    from coreai.server import ServerConfig
+    from coreai.server.background import serve_in_thread
+
+    config = ServerConfig(model_name="tiny", max_tokens=200, temperature=0.0)
+    with serve_in_thread(family_model(request.param), config) as base:
+        yield base
+
+
+def test_server_calls_whole_and_streamed(family_server):
+    """A non-hermes format through the server: the whole reply's call validates; the streamed one
+    (greedy: the same output) opens the call with its id and name, then its fragments concatenate
+    to the whole reply's arguments; no content."""
+    import openai
+
+    client = openai.OpenAI(base_url=family_server + "/v1", api_key="unused", max_retries=0)
+    body = dict(
+        model="tiny",
+        messages=USER,
+        tools=[UNIT, TOGGLE],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=60,
+    )
+    whole = client.chat.completions.create(**body).choices[0]
+    assert whole.finish_reason == "tool_calls" and len(whole.message.tool_calls) == 1
+    call = whole.message.tool_calls[0].function
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    chunks = [c for c in client.chat.completions.create(**body, stream=True) if c.choices]
+    deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert deltas[0].id.startswith("call_") and deltas[0].function.name == call.name
+    assert "".join(d.function.arguments or "" for d in deltas) == call.arguments
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks)
