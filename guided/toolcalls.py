@@ -19,6 +19,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from guided.matcher import GrammarMatcher
 from guided.tools import args_key, auto_triggers
@@ -43,6 +44,13 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
+def call_head(text: str) -> tuple[str, int] | None:
+    """(name, length of the head) of a call JSON's text as the grammar writes it, once its head
+    (`{"name": ..., "arguments": ` or `"parameters": `) is complete; else None."""
+    head = _HEAD.match(text)
+    return None if head is None else (json.loads(f'"{head.group(1)}"'), head.end())
+
+
 def split_call(text: str) -> tuple[str, str] | None:
     """(name, arguments text) of a complete call JSON as the grammar writes it, else None."""
     head = _HEAD.match(text)
@@ -52,9 +60,11 @@ def split_call(text: str) -> tuple[str, str] | None:
     return json.loads(f'"{head.group(1)}"'), body[head.end() : -1]
 
 
-def calls_from_captures(captures: list[tuple[str, bytes]], fmt: str) -> tuple[list[ToolCall], str | None]:
-    """The calls among `captures` (`GrammarMatcher.captures()`), and the text answer of the generic
-    envelope (`{"response": ...}`; None otherwise)."""
+def calls_from_captures(
+    captures: list[tuple[str, bytes]], fmt: str, call_id: Callable[[int], str]
+) -> tuple[list[ToolCall], str | None]:
+    """The calls among `captures` (`GrammarMatcher.captures()`), each with the id `call_id(index)`,
+    and the text answer of the generic envelope (`{"response": ...}`; None otherwise)."""
     calls, response = [], None
     for name, value in captures:
         text = value.decode("utf-8", errors="replace")
@@ -62,7 +72,7 @@ def calls_from_captures(captures: list[tuple[str, bytes]], fmt: str) -> tuple[li
             response = json.loads(text)
         elif name == "call_json" and (split := split_call(text)) is not None:
             data = json.loads(text)
-            calls.append(ToolCall(new_call_id(), split[0], split[1], data[args_key(fmt)], len(calls)))
+            calls.append(ToolCall(call_id(len(calls)), split[0], split[1], data[args_key(fmt)], len(calls)))
     return calls, response
 
 
@@ -77,36 +87,69 @@ class CallTracker:
     def __init__(self, matcher: GrammarMatcher, decode, fmt: str, mode: str, markers: frozenset[int]):
         self.shadow, self.decode, self.fmt, self.markers = matcher, decode, fmt, markers
         if mode == "none":
-            self.state = "text"
+            self.first_state = "text"
         elif fmt == "generic":
-            self.state = "generic"  # the envelope is JSON throughout; calls come from the captures
+            self.first_state = "generic"  # the envelope is JSON throughout; calls come from the captures
         else:
-            self.state = {"required": MARKUP, "auto": "maybe"}.get(mode, "text")
+            self.first_state = {"required": MARKUP, "auto": "maybe"}.get(mode, "text")
         self.triggers = [t.encode() for t in auto_triggers(fmt)]
+        self.start: int | None = None  # the output index of the first answer token
+        self.ids: list[str] = []  # the id of each call, made once (`call_id`)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = self.first_state
         self.calls = 0
         self.ends: list[int] = []  # answer tokens fed when each capture appeared
-        self.fed = 0  # answer tokens fed
-        self.start: int | None = None  # the output index of the first answer token
+        self.tokens: list[int] = []  # the answer tokens fed
+        self.labels: list[str | None] = []  # the label of each (held ones may still change)
         self._held: list[bytes] = []  # tokens of a possible trigger, not streamed yet
 
     @property
     def hold(self) -> int:
         return len(self._held)
 
+    @property
+    def fed(self) -> int:
+        """Answer tokens fed."""
+        return len(self.tokens)
+
+    def call_id(self, index: int) -> str:
+        """The id of call `index` (`new_call_id()`, made on first use): the one source of a call's
+        id, for its first streamed delta and for the result's `ToolCall`."""
+        while len(self.ids) <= index:
+            self.ids.append(new_call_id())
+        return self.ids[index]
+
     def feed(self, tokens: list[int]) -> list[str | None]:
         """Labels of the held tokens before `tokens` (which this call may relabel) and of `tokens`."""
         labels: list[str | None] = [None] * len(self._held)
+        kept = len(self.labels) - len(self._held)
         for t in tokens:
             self.shadow.accept_token(t)
-            self.fed += 1
+            self.tokens.append(t)
             labels.append(self._label(t, labels))
+            if self.state == "call":
+                self.call_id(self.calls)  # made when its first token is labelled, before it streams
             captures = len(self.shadow.captures())
             if captures > len(self.ends):
                 self.ends.append(self.fed)
                 if self.state == "call":
                     self.calls += 1
                     self.state = MARKUP
+        self.labels[kept:] = labels
         return labels
+
+    def forget(self, n: int) -> None:
+        """Take the last `n` answer tokens back (validate-and-rollback retried them): the shadow
+        starts over and is fed the others again, since a rollback does not undo its captures. The
+        ids made are kept: call i keeps its id."""
+        if n <= 0:
+            return
+        kept = self.tokens[: len(self.tokens) - n]
+        self.shadow.reset()
+        self._reset()
+        self.feed(kept)
 
     def _label(self, token: int, labels: list) -> str | None:
         data = self.decode(token)
@@ -147,7 +190,7 @@ class CallTracker:
         """The calls (and generic text answer) among the first `kept` answer tokens (the output may
         have been cut after the strategy saw it: max_tokens, a stop string)."""
         captures = [c for c, end in zip(self.shadow.captures(), self.ends) if end <= kept]
-        return calls_from_captures(captures, self.fmt)
+        return calls_from_captures(captures, self.fmt, self.call_id)
 
 
 class CallStream:

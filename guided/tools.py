@@ -31,10 +31,12 @@ import json
 from dataclasses import dataclass
 
 from guided.errors import SchemaError
-from guided.spec import check_metaschema, close_objects
+from guided.spec import check_metaschema, close_objects, engine_schema
 
-# The templates render calls with json.dumps' default separators; the constraint matches them.
-CALL_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# The templates render calls with json.dumps' default separators; the constraint matches them. Lenient:
+# keywords the engine cannot express are left to validate-and-rollback inside the calls
+# (`guided.callcheck`); the session refuses first what neither enforces.
+CALL_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
 FORMATS = ("hermes", "llama3", "generic")
 MODES = ("auto", "required", "none")
 FENCE = "```json\n"  # what small models write before a call under auto (the issue's BFCL finding)
@@ -125,7 +127,7 @@ def call_schema(tools: list[Tool], key: str = "arguments") -> dict:
     options = [
         {
             "type": "object",
-            "properties": {"name": {"const": t.name}, key: t.parameters},
+            "properties": {"name": {"const": t.name}, key: engine_schema(t.parameters, strict=False)},
             "required": ["name", key],
             "additionalProperties": False,
         }
