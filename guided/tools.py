@@ -194,8 +194,11 @@ def tool_grammar(fmt: str, tools: list[Tool], *, mode: str, parallel: bool, refs
     body = json.dumps(call_schema(tools, args_key(fmt)), ensure_ascii=False)
     capture = f"call_json[capture]: %json {body}\n"
     if mode == "none":
-        # Free text; a special-token marker cannot come out of a text lexeme, so no call starts.
-        return head + "start: TEXT?\nTEXT: /(.|\\n)+/\n"
+        # Free text; a special-token marker cannot come out of a text lexeme, and its text spelled
+        # with ordinary tokens is left out too (`&` and `~` are llguidance's lexeme and / not).
+        markers = {"hermes": [HERMES_OPEN], "llama3": [PYTHON_TAG]}.get(fmt, [])
+        banned = "".join(f' & ~(/(.|\\n)*/ "{_lark_escape(m)}" /(.|\\n)*/)' for m in markers)
+        return head + f"start: TEXT?\nTEXT: /(.|\\n)+/{banned}\n"
     if fmt == "generic":
         more = ' (", " call_json)*' if parallel else ""
         rules = f'calls: "{{\\"tool_calls\\": [" call_json{more} "]}}"\n'

@@ -204,3 +204,18 @@ def test_the_server_still_refuses_what_nothing_enforces(tiny):
         error = r.json()["error"]
         assert error["param"] == "tools[1].function.parameters" and error["code"] == "unsupported_schema_feature"
         assert "format" in error["message"] and "/properties/x/format" in error["message"]
+
+
+def test_none_writes_no_call_marker_even_as_text(tiny_model):
+    """Under "none" the marker's special token is outside the text grammar, and so is its text spelled
+    with ordinary tokens: no call markup reaches content. Other text stays free."""
+    session = ConstrainedSession(tiny_model, tools=[TOGGLE], tool_choice="none")
+    ll = session.tokenizer_info.ll_tokenizer
+    open_id = tiny_model.tokenizer.hf.convert_tokens_to_ids("<tool_call>")
+    assert not session.matcher.accept_token(open_id)
+    spelled = ll.tokenize_str("Hi <tool_call> there")
+    assert open_id not in spelled
+    session.reset()
+    assert not session.matcher.accept_tokens(spelled)
+    session.reset()
+    assert session.matcher.accept_tokens(ll.tokenize_str('Hi <tool_cal </tool_call> {"name": 1}'))
