@@ -219,3 +219,14 @@ def test_none_writes_no_call_marker_even_as_text(tiny_model):
     assert not session.matcher.accept_tokens(spelled)
     session.reset()
     assert session.matcher.accept_tokens(ll.tokenize_str('Hi <tool_cal </tool_call> {"name": 1}'))
+
+
+def test_the_enforcement_header_names_the_keywords_checked_in_calls(tiny):
+    body = chat_body(tools=[TOGGLE, TAG], tool_choice="required", parallel_tool_calls=False, max_tokens=40)
+    r = httpx.post(tiny + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert (
+        r.headers["x-coreai-enforcement"] == "validate-and-rollback uniqueItems /properties/tags/uniqueItems (tool tag)"
+    )
+    plain = httpx.post(tiny + "/v1/chat/completions", json={**body, "tools": [TOGGLE]}, timeout=60)
+    assert plain.headers["x-coreai-enforcement"] == "grammar"
