@@ -15,8 +15,9 @@ import numpy as np
 
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
-from guided.enforcement import ROLLBACK, KeywordEnforcement, enforcement
-from guided.errors import GrammarError, UnsupportedSchemaFeature
+from guided.callcheck import CallChecker, call_plans
+from guided.enforcement import KeywordEnforcement, enforcement
+from guided.errors import GrammarError
 from guided.result import GuidedResult
 from guided.schema_prompt import SCHEMA_IN_PROMPT, describe_schema, with_schema_description
 from guided.spec import JSON_KINDS, make_spec
@@ -52,9 +53,10 @@ class ConstrainedSession:
         `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
     max_draft (32): the longest speculative draft (the bitmask has max_draft + 1 rows, 19 KB each for Qwen).
     max_retries (8): validate-and-rollback retries per generation, for keywords the grammar cannot
-        express (`compiled.validated`, see `guided.checker`); past it the generation ends in "error".
-    check: an extra final check of the output text, `check(text) -> list of errors` (the server
-        checks each tool call's arguments with it); errors make the result invalid.
+        express (`compiled.validated`, see `guided.checker`; in tool calls `guided.callcheck`); past it
+        the generation ends in "error".
+    check: an extra final check of the output text, `check(text) -> list of errors`; errors make the
+        result invalid.
     max_reasoning_tokens (1024): a thinking model (its chat template has known reasoning markers, see
         `runtime.reasoning`) reasons freely before the constrained answer, for at most this many
         tokens, then the end marker is forced. `reasoning_markers=(start, end)` overrides the
@@ -102,6 +104,7 @@ class ConstrainedSession:
         self.model = model
         self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
         self.tools: ToolConstraint | None = None
+        self.call_plans = {}  # tool name -> the `CheckPlan` validate-and-rollback checks its calls with
         if tools is not None:
             if any(x is not None and x is not False for x in (schema, json_object, regex, choices, grammar)):
                 raise ValueError("give tools or one of schema / json_object / regex / choices / grammar, not both")
@@ -109,7 +112,7 @@ class ConstrainedSession:
             self.tools = tool_constraint(
                 tools, tool_choice, parallel_tool_calls, tool_format, model.tokenizer.hf, ll_tokenizer
             )
-            self._check_tool_parameters(cache or default_cache)
+            self.call_plans = call_plans(self.tools, self.tokenizer_info, cache or default_cache)
             grammar = self.tools.grammar
         self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
         self.spec = make_spec(
@@ -158,27 +161,6 @@ class ConstrainedSession:
         allowed = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
         return set(allowed.tolist()) <= set(self.tokenizer_info.eos_ids)
 
-    def _check_tool_parameters(self, cache: GrammarCache) -> None:
-        """Raise UnsupportedSchemaFeature (keyword, pointer; `tool`: the tool's name) for a tool
-        whose parameters use a keyword only validate-and-rollback enforces, which does not run
-        inside tool calls yet: compiled alone, each tool's report names it (the tools grammar would
-        fail with the engine's own message)."""
-        if self.tools.mode == "none":  # the calls are not constrained: nothing to enforce
-            return
-        for tool in self.tools.tools:
-            compiled = cache.get(make_spec(schema=tool.parameters, strict=False), self.tokenizer_info)
-            checked = [e for e in enforcement(compiled) if e.how == ROLLBACK]
-            if checked:
-                e = checked[0]
-                error = UnsupportedSchemaFeature(
-                    f"tool {tool.name!r}: cannot enforce {e.keyword} at {e.pointer} in a tool call: the grammar "
-                    "cannot express it, and validate-and-rollback does not run inside tool calls yet",
-                    e.keyword,
-                    e.pointer,
-                )
-                error.tool = tool.name
-                raise error
-
     @property
     def enforcement(self) -> tuple[KeywordEnforcement, ...]:
         """How each keyword of the schema is enforced: by the grammar, by validate-and-rollback, or
@@ -226,6 +208,7 @@ class ConstrainedSession:
         None for no reasoning block. It fills this session's bitmask, which serves one generation at
         a time; `shared_bitmask=False` gives it buffers of its own, for generations of one session
         that run at once (rows of one batch)."""
+        tracker = self.tracker()
         return ConstrainedDecodingStrategy(
             self.compiled,
             sampling,
@@ -235,7 +218,8 @@ class ConstrainedSession:
             max_draft=self.max_draft,
             reasoning=reasoning,
             max_retries=self.max_retries,
-            tracker=self.tracker(),
+            tracker=tracker,
+            checker=self.call_checker(tracker),
         )
 
     def tracker(self) -> CallTracker | None:
@@ -244,6 +228,13 @@ class ConstrainedSession:
             return None
         decode = self.tokenizer_info.ll_tokenizer.decode_bytes
         return CallTracker(self.compiled.matcher(), lambda t: decode([t]), self.tools)
+
+    def call_checker(self, tracker: CallTracker | None) -> CallChecker | None:
+        """Validate-and-rollback inside the calls of one generation, whose `tracker` it reads (see
+        `guided.callcheck`); None when the grammar enforces every tool's parameters whole."""
+        if tracker is None or not self.call_plans:
+            return None
+        return CallChecker(self.call_plans, tracker, generic=self.tools.fmt == "generic")
 
     def tool_prompt(self, prompt):
         """`prompt` as the tool format's template needs it (`ToolConstraint.prompt`: the generic

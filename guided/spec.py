@@ -191,14 +191,19 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     if schema is False:
         raise SchemaError("the schema `false` accepts no value")
     check_finite(schema)
-    if schema is True:  # llguidance applies options only to object schemas; {} means the same as true
-        compiled = {}
-    else:
-        compiled = engine_numbers(schema)[0]
-        compiled = close_objects(compiled) if strict else compiled
-        compiled = exact_formats(compiled)
+    # llguidance applies options only to object schemas; {} means the same as true
+    compiled = {} if schema is True else engine_schema(schema, strict)
     options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
     return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
+
+
+def engine_schema(schema, strict: bool):
+    """The copy of a JSON Schema (a dict) the engine compiles: numeric keywords it would judge
+    inexactly widened or left out (`guided.schema.numbers.engine_numbers`; validate-and-rollback
+    enforces them), objects closed under `strict`, exact patterns for the formats the engine
+    writes loosely (`guided.schema.rewrite.exact_formats`)."""
+    compiled = engine_numbers(schema)[0]
+    return exact_formats(close_objects(compiled) if strict else compiled)
 
 
 def make_spec(

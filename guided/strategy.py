@@ -75,6 +75,8 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
     max_retries: validate-and-rollback retries allowed per generation (schemas with `compiled.checks`).
     tracker: a `guided.toolcalls.CallTracker` for a tools constraint: it labels the answer tokens
         (`Step.channels`, `Step.hold`) and keeps the calls; None otherwise.
+    checker: this generation's validate-and-rollback checker (`guided.callcheck.CallChecker` inside
+        tool calls); None: the compiled schema's (`compiled.checks`), if it has one.
     Raises ValueError when the bitmask's width is not the grammar's.
     """
 
@@ -89,6 +91,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         reasoning: ReasoningPlan | None = None,
         max_retries: int = 8,
         tracker: CallTracker | None = None,
+        checker=None,
     ):
         info = compiled.tokenizer
         bitmask = bitmask or TokenBitmask(info.vocab_size, batch=max_draft + 1)
@@ -105,8 +108,10 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         self.tracker = tracker
         self.outside = 0  # output tokens before the answer (the reasoning block)
         self.planner = None
-        if compiled.checks is not None:
-            self.planner = RollbackPlanner(compiled.checks.checker(), self.matcher, info, max_retries, self.stats)
+        if checker is None and compiled.checks is not None:
+            checker = compiled.checks.checker()
+        if checker is not None:
+            self.planner = RollbackPlanner(checker, self.matcher, info, max_retries, self.stats)
 
     @property
     def complete(self) -> bool:
@@ -187,25 +192,36 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
     def _validate(self, step: Step, first: int) -> Step:
         """Validate-and-rollback of the answer tokens of `step` from index `first` (see `guided.rollback`);
         the tracker's labels of them."""
-        if self.tracker is not None:
-            self._label(step, first)
+        held = 0
+        if self.tracker is not None:  # first: the checker inside calls reads the tracker's labels
+            if self.tracker.start is None:
+                self.tracker.start = self.outside
+            held = self.tracker.hold
+            self.tracker.feed([t for t in step.tokens[first:] if t not in self.matcher.eos_ids])
+            self._channels(step, first, held)
+            step.hold = self.tracker.hold
         if self.planner is None:
             return step
+        retries = self.stats.retries
         step = self.planner.validate(step, first)
         if step.rollback:  # the planner moved the matcher; history and drafter context follow
             SamplingStrategy.rollback(self, step.rollback)
+        if self.tracker is not None:
+            if self.stats.retries > retries:  # the retry took back tokens the tracker was fed
+                self.tracker.forget(self.tracker.fed - len(self.planner.answer))
+                if not step.rollback:
+                    self._channels(step, first, held)
+            step.hold = max(step.hold, self.tracker.hold)  # a trigger the tracker holds, text the planner may retry
         return step
 
-    def _label(self, step: Step, first: int) -> None:
-        """Label the step's answer tokens (`first` on) and the held ones before them (tools)."""
+    def _channels(self, step: Step, first: int, held: int) -> None:
+        """Label the step's answer tokens (`first` on) and the `held` ones before them (tools), from
+        the tracker's labels of the tokens it has been fed."""
         tracker = self.tracker
-        if tracker.start is None:
-            tracker.start = self.outside
-        answer = [t for t in step.tokens[first:] if t not in self.matcher.eos_ids]
-        labels = tracker.feed(answer)
-        step.channels = labels[: len(labels) - len(answer)] + [None] * first + labels[len(labels) - len(answer) :]
-        step.channels += [None] * (len(step.tokens) - first - len(answer))  # the final EOS (not appended)
-        step.hold = tracker.hold
+        answer = len([t for t in step.tokens[first:] if t not in self.matcher.eos_ids])
+        labels = tracker.labels[len(tracker.labels) - held - answer :]
+        step.channels = labels[:held] + [None] * first + labels[held:]
+        step.channels += [None] * (len(step.tokens) - first - answer)  # the final EOS (not appended)
 
     def _finish(self) -> Step:
         if self.matcher.error:
@@ -219,4 +235,6 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
             raise ValueError(f"cannot roll back {n} tokens: only {self.matcher.num_accepted} accepted")
         if self.planner is not None:
             self.planner.forget(n)
+        if self.tracker is not None:
+            self.tracker.forget(min(n, self.tracker.fed))
         super().rollback(n)

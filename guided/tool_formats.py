@@ -60,6 +60,8 @@ class ToolFormat:
     read: (a call's text, {name: Tool}) -> (name, arguments dict), None while it is incomplete: for
         the "call" captures of formats whose arguments are not JSON as generated, whose calls
         `guided.toolcalls.CallStream` then streams whole, when their text is complete.
+    json_calls: its calls are JSON envelopes `{"name": ..., args_key: {...}}` (`call_json`), whose
+        arguments validate-and-rollback follows as they are decoded (`guided.callcheck`).
     """
 
     name: str
@@ -75,6 +77,7 @@ class ToolFormat:
     bare: bool = True
     starts_call: Callable[[bytes], bool] = field(default=lambda data: b"{" in data)
     read: Callable[[str, dict], tuple[str, dict] | None] | None = None
+    json_calls: bool = True
 
 
 def json_text_forms(p: Pieces, bare: bool) -> tuple[list[str], str, list[tuple[str, int]]]:
@@ -152,6 +155,7 @@ FORMATS: dict[str, ToolFormat | None] = {
             opener=HERMES_OPEN,
             starts_call=lambda data: b"<" in data or b"{" in data,
             read=read_qwen3_coder,
+            json_calls=False,
         ),
         ToolFormat(
             "mistral_names",
@@ -162,6 +166,7 @@ FORMATS: dict[str, ToolFormat | None] = {
             opener=MISTRAL_CALLS,
             json_text=False,  # its calls start at any token after the marker: fences would read as calls
             starts_call=lambda data: True,
+            json_calls=False,
         ),
         ToolFormat(
             "mistral",
@@ -206,6 +211,7 @@ FORMATS: dict[str, ToolFormat | None] = {
             json_text=False,  # a call starts at a name after markup: fences would read as calls
             starts_call=lambda data: re.search(rb"[A-Za-z_]", data) is not None,
             read=read_pythonic,
+            json_calls=False,
         ),
     )
 } | {"generic": None}  # the JSON envelope for templates without tool markup (`guided.tools`)

@@ -19,6 +19,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from guided.matcher import GrammarMatcher
 from guided.tool_formats import CALL_HEAD, FORMATS, read_capture
@@ -45,9 +46,18 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def calls_from_captures(captures: list[tuple[str, bytes]], tools: ToolConstraint) -> tuple[list[ToolCall], str | None]:
-    """The calls among `captures` (`GrammarMatcher.captures()`), and the text answer of the generic
-    envelope (`{"response": ...}`; None otherwise)."""
+def call_head(text: str) -> tuple[str, int] | None:
+    """(name, length of the head) of a call JSON's text as the grammar writes it, once its head
+    (`{"name": ..., "arguments": ` or `"parameters": `) is complete; else None."""
+    head = CALL_HEAD.match(text)
+    return None if head is None else (json.loads(f'"{head.group(1)}"'), head.end())
+
+
+def calls_from_captures(
+    captures: list[tuple[str, bytes]], tools: ToolConstraint, call_id: Callable[[int], str]
+) -> tuple[list[ToolCall], str | None]:
+    """The calls among `captures` (`GrammarMatcher.captures()`), each with the id `call_id(index)`,
+    and the text answer of the generic envelope (`{"response": ...}`; None otherwise)."""
     calls, response = [], None
     by_name = {t.name: t for t in tools.tools}
     for name, value in captures:
@@ -55,7 +65,7 @@ def calls_from_captures(captures: list[tuple[str, bytes]], tools: ToolConstraint
         if name == "response":
             response = json.loads(text)
         elif (call := read_capture(name, text, tools.fmt, by_name)) is not None:
-            calls.append(ToolCall(new_call_id(), call[0], call[1], call[2], len(calls)))
+            calls.append(ToolCall(call_id(len(calls)), call[0], call[1], call[2], len(calls)))
     return calls, response
 
 
@@ -70,36 +80,69 @@ class CallTracker:
         self.shadow, self.decode, self.tools = matcher, decode, tools
         self.format = FORMATS.get(tools.fmt)
         if tools.mode == "none":
-            self.state = "text"
+            self.first_state = "text"
         elif self.format is None:
-            self.state = "generic"  # the envelope is JSON throughout; calls come from the captures
+            self.first_state = "generic"  # the envelope is JSON throughout; calls come from the captures
         else:
-            self.state = {"required": MARKUP, "auto": "maybe"}.get(tools.mode, "text")
+            self.first_state = {"required": MARKUP, "auto": "maybe"}.get(tools.mode, "text")
         self.triggers = [(t.encode(), len(t[:at].encode())) for t, at in tools.triggers]
+        self.start: int | None = None  # the output index of the first answer token
+        self.ids: list[str] = []  # the id of each call, made once (`call_id`)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = self.first_state
         self.calls = 0
         self.ends: list[int] = []  # answer tokens fed when each capture appeared
-        self.fed = 0  # answer tokens fed
-        self.start: int | None = None  # the output index of the first answer token
+        self.tokens: list[int] = []  # the answer tokens fed
+        self.labels: list[str | None] = []  # the label of each (held ones may still change)
         self._held: list[bytes] = []  # tokens of a possible trigger, not streamed yet
 
     @property
     def hold(self) -> int:
         return len(self._held)
 
+    @property
+    def fed(self) -> int:
+        """Answer tokens fed."""
+        return len(self.tokens)
+
+    def call_id(self, index: int) -> str:
+        """The id of call `index` (`new_call_id()`, made on first use): the one source of a call's
+        id, for its first streamed delta and for the result's `ToolCall`."""
+        while len(self.ids) <= index:
+            self.ids.append(new_call_id())
+        return self.ids[index]
+
     def feed(self, tokens: list[int]) -> list[str | None]:
         """Labels of the held tokens before `tokens` (which this call may relabel) and of `tokens`."""
         labels: list[str | None] = [None] * len(self._held)
+        kept = len(self.labels) - len(self._held)
         for t in tokens:
             self.shadow.accept_token(t)
-            self.fed += 1
+            self.tokens.append(t)
             labels.append(self._label(t, labels))
+            if self.state == "call":
+                self.call_id(self.calls)  # made when its first token is labelled, before it streams
             captures = len(self.shadow.captures())
             if captures > len(self.ends):
                 self.ends.append(self.fed)
                 if self.state == "call":
                     self.calls += 1
                     self.state = MARKUP
+        self.labels[kept:] = labels
         return labels
+
+    def forget(self, n: int) -> None:
+        """Take the last `n` answer tokens back (validate-and-rollback retried them): the shadow
+        starts over and is fed the others again, since a rollback does not undo its captures. The
+        ids made are kept: call i keeps its id."""
+        if n <= 0:
+            return
+        kept = self.tokens[: len(self.tokens) - n]
+        self.shadow.reset()
+        self._reset()
+        self.feed(kept)
 
     def _label(self, token: int, labels: list) -> str | None:
         data = self.decode(token)
@@ -143,7 +186,7 @@ class CallTracker:
         """The calls (and generic text answer) among the first `kept` answer tokens (the output may
         have been cut after the strategy saw it: max_tokens, a stop string)."""
         captures = [c for c, end in zip(self.shadow.captures(), self.ends) if end <= kept]
-        return calls_from_captures(captures, self.tools)
+        return calls_from_captures(captures, self.tools, self.call_id)
 
 
 class CallStream:

@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 
 from guided.errors import SchemaError
-from guided.spec import check_metaschema, close_objects
+from guided.spec import check_metaschema, close_objects, engine_schema
 from guided.tool_formats import (
     APPEND,
     CALL_JSON_STYLE,
@@ -38,6 +38,10 @@ from guided.tool_formats import (
     json_text_forms,
 )
 
+# Lenient: keywords the engine cannot express are left out of the call JSON's grammar, for
+# validate-and-rollback inside the calls (`guided.callcheck`); the session refuses first what
+# neither enforces, and formats whose calls are not JSON envelopes (`guided.callcheck.call_plans`).
+LENIENT_CALL_JSON = {**CALL_JSON_STYLE, "lenient": True}
 MODES = ("auto", "required", "none")
 
 
@@ -108,14 +112,14 @@ def call_schema(tools: list[Tool], key: str = "arguments") -> dict:
     options = [
         {
             "type": "object",
-            "properties": {"name": {"const": t.name}, key: t.parameters},
+            "properties": {"name": {"const": t.name}, key: engine_schema(t.parameters, strict=False)},
             "required": ["name", key],
             "additionalProperties": False,
         }
         for t in tools
     ]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
-    return {**schema, "x-guidance": CALL_JSON_STYLE}
+    return {**schema, "x-guidance": LENIENT_CALL_JSON}
 
 
 def token_ref(text: str, hf_tokenizer, ll_tokenizer) -> str:
@@ -180,10 +184,13 @@ def tool_grammar(
     pieces = Pieces(tools, parallel, refs)
     triggers = f.triggers(pieces)
     if mode == "none":
-        # Free text; a special-token marker cannot come out of a text lexeme, so no call starts. A
-        # format without one (pythonic) bans the text its calls start with instead.
-        text = text_not_starting_with([t for t, _ in triggers]) if f.opener is None else "(.|\\n)+"
-        return head + f"start: TEXT?\nTEXT: /{text}/\n", []
+        # Free text; a special-token marker cannot come out of a text lexeme, and its text spelled
+        # with ordinary tokens is left out too (`&` and `~` are llguidance's lexeme and / not). A
+        # format without an opener (pythonic) bans the text its calls start with instead.
+        if f.opener is None:
+            return head + f"start: TEXT?\nTEXT: /{text_not_starting_with([t for t, _ in triggers])}/\n", []
+        banned = f' & ~(/(.|\\n)*/ "{json.dumps(f.opener)[1:-1]}" /(.|\\n)*/)'
+        return head + f"start: TEXT?\nTEXT: /(.|\\n)+/{banned}\n", []
     for marker in f.special:
         if not refs[marker].startswith("<["):
             raise ValueError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'")

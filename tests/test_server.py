@@ -23,6 +23,7 @@ import regex
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
+from guided.validation import check_json
 
 KEY = "test-key"
 USER = [{"role": "user", "content": "Say something."}]
@@ -392,30 +393,32 @@ def _tool(parameters) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "parameters, where, words",
+    "parameters",
     [
-        (
-            {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
-            "/properties/tags/uniqueItems",
-            "uniqueItems",
-        ),
-        (
-            {"type": "object", "properties": {"url": {"type": "string", "format": "uri-reference"}}},
-            "/properties/url/format",
-            "format",
-        ),
-        ({"type": "object", "not": {"required": ["x"]}}, "/not", "not"),
+        {
+            "type": "object",
+            "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True}},
+            "required": ["tags"],
+        },
+        {
+            "type": "object",
+            "properties": {"url": {"type": "string", "format": "uri-reference", "maxLength": 12}},
+            "required": ["url"],
+        },
+        {"type": "object", "properties": {"x": {"enum": [1, 2], "not": {"const": 1}}}, "required": ["x"]},
     ],
 )
-def test_tool_parameters_needing_validate_and_rollback_are_refused(tiny, parameters, where, words):
-    """Validate-and-rollback runs for response_format, not inside tool calls: such a keyword in a
-    tool's parameters is a clear 400 naming it (it was a 400 quoting the whole internal grammar)."""
-    for tool_choice in ("auto", "required"):
-        r = httpx.post(tiny + "/v1/chat/completions", json=chat_body(tools=_tool(parameters), tool_choice=tool_choice))
-        assert r.status_code == 400, r.text
-        error = r.json()["error"]
-        assert error["param"] == "tools[0].function.parameters" and error["code"] == "unsupported_schema_feature"
-        assert words in error["message"] and where in error["message"] and "%json" not in error["message"]
+def test_tool_parameters_needing_validate_and_rollback_are_enforced(tiny, parameters):
+    """Keywords the grammar cannot express are enforced inside the calls by validate-and-rollback,
+    as for response_format (they were a 400): the call's arguments validate (see
+    tests/test_tool_rollback.py for calls pushed into violations)."""
+    body = chat_body(tools=_tool(parameters), tool_choice="required", parallel_tool_calls=False, max_tokens=60)
+    r = httpx.post(tiny + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    [call] = choice["message"]["tool_calls"]
+    assert check_json(call["function"]["arguments"], parameters)[1] == []
 
 
 @pytest.mark.parametrize("parameters", [{"type": "string"}, {"type": "array"}, {"type": ["object", "null"]}])
@@ -1096,9 +1099,10 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
             ("markup", "\n</tool_call>"),
         ]
 
+    ids = ("call_a", "call_b", "call_c")  # the tracker's ids of the calls begun so far
     pieces = [
-        Piece("", parts=call(0, "true") + [("markup", "\n")] + call(1, "false")),
-        Piece("", parts=call(2, "true")),
+        Piece("", parts=call(0, "true") + [("markup", "\n")] + call(1, "false"), call_ids=ids[:2]),
+        Piece("", parts=call(2, "true"), call_ids=ids),
     ]
 
     class OneShotJob:
@@ -1119,7 +1123,8 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
 
     calls = [t for c in asyncio.run(collect()) for t in c["choices"][0]["delta"].get("tool_calls") or []]
     opened = [c for c in calls if c.get("id")]
-    assert [c["index"] for c in opened] == [0, 1, 2] and {c["function"]["name"] for c in opened} == {"toggle"}
+    assert [(c["index"], c["id"]) for c in opened] == list(enumerate(ids))
+    assert {c["function"]["name"] for c in opened} == {"toggle"}
     arguments = ["".join(c["function"]["arguments"] for c in calls if c["index"] == i) for i in range(3)]
     # The envelope's closing brace is held back while streaming; the final calls complete it (not here).
     assert arguments == ['{"on": true}', '{"on": false}', '{"on": true}']

@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from guided import ConstrainedSession
+from guided.errors import UnsupportedSchemaFeature
 from guided.tool_formats import FORMATS
 from guided.toolcalls import CallStream
 from runtime import load_model
@@ -386,3 +387,20 @@ def test_server_calls_whole_and_streamed(family_server):
     assert deltas[0].id.startswith("call_") and deltas[0].function.name == call.name
     assert "".join(d.function.arguments or "" for d in deltas) == call.arguments
     assert not "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+@pytest.mark.parametrize("fmt", ["pythonic", "qwen3_coder", "mistral_names"])
+def test_keywords_left_to_validate_and_rollback_are_refused_where_calls_are_not_json(family_model, fmt):
+    """The call checker follows JSON call envelopes only: a format whose calls are not JSON refuses
+    a keyword the grammar leaves to validate-and-rollback, by name, instead of dropping it."""
+    tags = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+    }
+    tool = {"type": "function", "function": {"name": "tag", "parameters": tags}}
+    with pytest.raises(UnsupportedSchemaFeature) as error:
+        ConstrainedSession(family_model(fmt), tools=[tool])
+    e = error.value
+    assert (e.keyword, e.pointer, e.tool) == ("uniqueItems", "/properties/tags/uniqueItems", "tag"), e
+    assert fmt in str(e)
+    assert ConstrainedSession(family_model(fmt), tools=[tool], tool_format="generic").call_plans

@@ -186,18 +186,3 @@ def test_tool_shapes():
     assert make_tool(TOGGLE).parameters == {**given, "additionalProperties": False}
     with pytest.raises(ValueError, match="not in tools"):
         tool_constraint([TOGGLE], {"type": "function", "function": {"name": "nope"}}, True, "generic", None, None)
-
-
-def test_parameters_only_validate_and_rollback_enforces_are_refused_by_name(tiny_model):
-    """The session says which keyword of which tool it cannot enforce inside a call (the tools grammar
-    alone failed with the engine's message); under "none" the calls are not constrained."""
-    from guided.errors import UnsupportedSchemaFeature
-
-    tags = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
-    tool = {"type": "function", "function": {"name": "tag", "parameters": tags}}
-    with pytest.raises(UnsupportedSchemaFeature) as error:
-        ConstrainedSession(tiny_model, tools=[UNIT, tool])
-    e = error.value
-    assert (e.keyword, e.pointer, e.tool) == ("uniqueItems", "/properties/tags/uniqueItems", "tag")
-    assert "%json" not in str(e) and "'tag'" in str(e)
-    assert ConstrainedSession(tiny_model, tools=[tool], tool_choice="none").tools.mode == "none"

@@ -21,7 +21,8 @@ from coreai.server.schemas import (
     SamplingFields,
 )
 from guided import ConstrainedSession, GrammarCache, TokenizerInfo
-from guided.enforcement import GRAMMAR
+from guided.enforcement import GRAMMAR, ROLLBACK
+from guided.schema.pointer import parse_pointer, pointer
 from guided.tools import parameters_schema
 from runtime import Model
 
@@ -132,10 +133,15 @@ def enforcement_headers(session: ConstrainedSession) -> dict[str, str]:
     without any asserting keyword, else "; "-separated
     "<how> <keyword> <pointer>" entries for the keywords enforced otherwise (validate-and-rollback;
     not enforced, in lenient mode), pointers percent-encoded to stay ASCII; at most
-    `MAX_HEADER_ENTRIES`, then "and N more"."""
+    `MAX_HEADER_ENTRIES`, then "and N more". Under tools, the entries are those of the keywords
+    validate-and-rollback checks inside the calls, "<how> <keyword> <pointer> (tool <name>)", the
+    pointer into the tool's parameters."""
     if session.spec.kind == "json_schema" and not session.enforcement:  # true, {}, only annotations
         return {"x-coreai-enforcement": ANY_JSON}
     entries = [f"{e.how} {e.keyword} {quote(e.pointer, safe='/~$')}" for e in session.enforcement if e.how != GRAMMAR]
+    for name, plan in session.call_plans.items():
+        checked = sorted(pointer(path) for path in plan.keyword_paths)
+        entries += [f"{ROLLBACK} {parse_pointer(p)[-1]} {quote(p, safe='/~$')} (tool {name})" for p in checked]
     shown = entries[:MAX_HEADER_ENTRIES]
     if len(entries) > len(shown):  # HTTP clients refuse huge headers (httpx: 64 KiB); the report is the same
         shown.append(f"and {len(entries) - len(shown)} more (coreai check-schema lists them all)")

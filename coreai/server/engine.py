@@ -41,11 +41,13 @@ class TokenLogprob:
 @dataclass
 class Piece:
     """One streamed step: text (never splits a UTF-8 character) and, if asked, its tokens' logprobs;
-    parts: the text by channel (`runtime.Delta.parts`: tool-call segments of a tools constraint)."""
+    parts: the text by channel (`runtime.Delta.parts`: tool-call segments of a tools constraint);
+    call_ids: the ids of the calls begun so far (`guided.toolcalls.CallTracker.ids`), by index."""
 
     text: str
     logprobs: list[TokenLogprob] | None = None
     parts: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
+    call_ids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -141,7 +143,8 @@ class Engine:
         job, p = row.tag, row.tag.params
         logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
         if delta.text or logprobs:
-            job.put(Piece(delta.text, logprobs, delta.parts))
+            tracker = getattr(row.strategy, "tracker", None)  # tools: the ids of the calls streamed
+            job.put(Piece(delta.text, logprobs, delta.parts, tuple(tracker.ids) if tracker is not None else ()))
         if delta.result is None:
             return
         r = delta.result

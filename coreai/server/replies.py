@@ -185,7 +185,7 @@ class ChatReply(_Reply):
                         yield self.chunk(index, o.ChunkDelta(reasoning_content=reasoning))
                 deltas = [o.ChunkDelta(content=text)] if text else []
                 for event in calls.feed(item.parts) if calls else []:
-                    deltas.append(o.ChunkDelta(tool_calls=[chunk_tool_call(event)]))
+                    deltas.append(o.ChunkDelta(tool_calls=[chunk_tool_call(event, item.call_ids)]))
                 for delta in deltas:
                     streamed_content |= delta.content is not None
                     yield self.chunk(index, delta, None, self._logprobs(pending_logprobs))
@@ -203,8 +203,9 @@ class ChatReply(_Reply):
             if calls:
                 if not streamed_content and getattr(result, "content", None):  # the generic envelope's answer
                     yield self.chunk(index, o.ChunkDelta(content=result.content))
+                ids = [c.id for c in result.tool_calls]
                 for e in calls.finish(result.tool_calls):
-                    yield self.chunk(index, o.ChunkDelta(tool_calls=[chunk_tool_call(e)]))
+                    yield self.chunk(index, o.ChunkDelta(tool_calls=[chunk_tool_call(e, ids)]))
             finish = openai_finish_reason(result, result.tool_calls if calls else [])
             yield self.chunk(index, o.ChunkDelta(), finish, self._logprobs(pending_logprobs))
         finally:

@@ -1,11 +1,13 @@
 """OpenAI's shapes of tool calls: the calls of a reply (`guided.toolcalls.ToolCall`) as a message's
-`tool_calls` and as streamed `tool_calls` deltas. The grammar, the call boundaries and the verdict
-are `guided`'s (`ConstrainedSession(tools=...)`); this module only maps them."""
+`tool_calls` and as streamed `tool_calls` deltas. The grammar, the call boundaries, the call ids and
+the verdict are `guided`'s (`ConstrainedSession(tools=...)`); this module only maps them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from coreai.server import reply_schemas as o
-from guided.toolcalls import ToolCall, new_call_id
+from guided.toolcalls import ToolCall
 
 
 def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall] | None:
@@ -15,12 +17,14 @@ def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall] | None
     ] or None
 
 
-def chunk_tool_call(event: tuple) -> o.ChunkToolCall:
+def chunk_tool_call(event: tuple, ids: Sequence[str]) -> o.ChunkToolCall:
     """The streamed delta of a `guided.toolcalls.CallStream` event: ("open", index, name) is the
-    call's first delta (index, a new id, type, name, arguments ""), ("args", index, text) a fragment."""
+    call's first delta (index, its id `ids[index]`, type, name, arguments ""), ("args", index, text)
+    a fragment. ids: the generation's call ids by index (`CallTracker.ids`, the result's calls'),
+    so a streamed call has the id its `ToolCall` has."""
     kind, index, value = event
     if kind == "open":
         return o.ChunkToolCall(
-            index=index, id=new_call_id(), type="function", function=o.ChunkFunctionCall(name=value, arguments="")
+            index=index, id=ids[index], type="function", function=o.ChunkFunctionCall(name=value, arguments="")
         )
     return o.ChunkToolCall(index=index, function=o.ChunkFunctionCall(arguments=value))
