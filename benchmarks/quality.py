@@ -222,17 +222,23 @@ def main(argv=None) -> int:
     records = previous_records(out, args) if args.resume else []
     done = {(r["id"], r["variant"]) for r in records}
     load_before = os.getloadavg()
-    model = coreai.load()
-    sessions = {
-        (name, ws): ConstrainedSession(model, schema=DOMAINS[name].schema, any_whitespace=ws, schema_in_prompt=False)
-        for name in args.domains
-        for ws in {VARIANTS[v].any_whitespace for v in args.variants if VARIANTS[v].constrained}
-    }
+    model, sessions = None, {}
+    if any((e.id, v) not in done for e in docs for v in args.variants):  # else only the report is rewritten
+        model = coreai.load()
+        sessions = {
+            (name, ws): ConstrainedSession(
+                model, schema=DOMAINS[name].schema, any_whitespace=ws, schema_in_prompt=False
+            )
+            for name in args.domains
+            for ws in {VARIANTS[v].any_whitespace for v in args.variants if VARIANTS[v].constrained}
+        }
     t0 = time.perf_counter()
     os.makedirs(os.path.dirname(out), exist_ok=True)
     styles = sorted({VARIANTS[v].style for v in args.variants} - {None})
 
     def write() -> str:
+        # The figures compare the variants on the same documents: those every variant has answered.
+        paired = {e.id for e in docs if all((e.id, v) in done for v in args.variants)}
         result = {
             "machine": machine(),
             "load_average": {"start": load_before, "now": os.getloadavg()},
@@ -240,12 +246,13 @@ def main(argv=None) -> int:
             "model": coreai.store.DEFAULT_MODEL,
             "args": {**vars(args), "per_domain": per_domain},
             "complete": all((e.id, v) in done for e in docs for v in args.variants),
+            "paired_documents": len(paired),
             "default_variant": default_variant(),
             "system_prompt": SYSTEM,
             "schema_descriptions": {
                 style: {name: describe_schema(DOMAINS[name].schema, style) for name in args.domains} for style in styles
             },
-            **summarise(records),
+            **summarise([r for r in records if r["id"] in paired]),
             "records": records,
         }
         with open(out, "w") as f:
