@@ -5,45 +5,89 @@ events, contacts, product reviews), the default model (`coreai.load()`), greedy,
 side by side, interleaved document by document (the order rotates):
 
 - `unconstrained+schema`: no grammar; the schema described in the system message
-  (`guided.schema_prompt`); the answer is parsed as `parse_answer` says, unparsable counts as wrong;
-- `constrained`: `ConstrainedSession(schema=...)`, the schema not in the prompt;
-- `constrained+schema`: the same session with `schema_in_prompt=True`.
+  (`guided.schema_prompt`, style "schema"); the answer is parsed as `parse_answer` says, unparsable
+  counts as wrong;
+- `constrained`: `ConstrainedSession(schema=...)`, nothing added to the prompt, compact JSON;
+- `constrained+schema`, `constrained+hints`: the same with `describe_schema(schema, style)` in the
+  system message ("schema": every key; "hints": only the keys with a format, enum, pattern or range);
+- `constrained+ws`, `constrained+hints+ws`: `any_whitespace=True`, so the model may lay the JSON out
+  as it does unconstrained (`{\n  "key": "value"`) instead of the compact `{"key":"value"}`.
 
 Per variant and domain: field accuracy (fields right after the scorer's normalisation), whole-record
 accuracy (every field right), valid rate (the answer parses and validates against the schema, formats
 checked), mean prompt / completion tokens and seconds per document. JSON (every answer included) and
-a markdown table go to benchmarks/results/quality.{json,md}, rewritten after every document.
+a markdown table go to benchmarks/results/quality.{json,md}, rewritten after every document; the
+variant that the shipped defaults run is marked `(default)`.
 Every variant drafts with prompt lookup (an extraction copies the document; greedy output is the same
 token for token with and without it, see `runtime.speculative`), so timings include that speed-up.
 
-    python -m benchmarks.quality                  # the fixed sample: --per-domain 3 (15 documents)
+    python -m benchmarks.quality                  # the fixed sample (DEFAULT_PER_DOMAIN documents per domain)
     python -m benchmarks.quality --per-domain 2   # a quick look
+    python -m benchmarks.quality --per-domain 10 --resume   # more documents, keeping those already run
     python -m benchmarks.quality --full           # all 300 documents (hours on a CPU)
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 
 import coreai
 from benchmarks.extraction_data import DOMAINS, FULL_PER_DOMAIN, Domain, Example, examples, score
 from conformance.common import REPO, machine, md_table
 from guided import ConstrainedSession, check_json
-from guided.schema_prompt import describe_schema, with_schema_description
+from guided.schema_prompt import SCHEMA_IN_PROMPT, SCHEMA_PROMPT_STYLE, describe_schema, with_schema_description
 
 RESULTS = REPO / "benchmarks" / "results"
-DEFAULT_PER_DOMAIN = 3  # 15 documents, 45 generations: about 15 minutes on an idle 2-core CPU
+DEFAULT_PER_DOMAIN = 2  # 10 documents x 4 variants: docs/quality.md has the time and the standard errors
 SYSTEM = (
     "You extract information from documents into JSON. Take every value from the document; "
     "do not invent values that are not there."
 )
-VARIANTS = ("unconstrained+schema", "constrained", "constrained+schema")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """constrained: through a `ConstrainedSession` (else plain `model.generate`); style: the
+    `describe_schema` style put in the system message, or None for nothing; any_whitespace: the
+    session's option of that name."""
+
+    name: str
+    constrained: bool
+    style: str | None
+    any_whitespace: bool = False
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("unconstrained+schema", False, "schema"),
+        Variant("constrained", True, None),
+        Variant("constrained+schema", True, "schema"),
+        Variant("constrained+hints", True, "hints"),
+        Variant("constrained+ws", True, None, True),
+        Variant("constrained+hints+ws", True, "hints", True),
+    )
+}
+# The fixed sample's variants: the issue's three and the whitespace one; the "hints" ones lost on the
+# first sample (docs/quality.md) and run with --variants.
+DEFAULT_VARIANTS = ("unconstrained+schema", "constrained", "constrained+schema", "constrained+ws")
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
+
+
+def default_variant() -> str:
+    """The name of the variant `ConstrainedSession(model, schema=...)` runs with the shipped defaults."""
+    any_whitespace = inspect.signature(ConstrainedSession).parameters["any_whitespace"].default
+    style = SCHEMA_PROMPT_STYLE if SCHEMA_IN_PROMPT else None
+    return next(
+        v.name for v in VARIANTS.values() if v.constrained and (v.style, v.any_whitespace) == (style, any_whitespace)
+    )
 
 
 def log(msg: str) -> None:
@@ -76,24 +120,27 @@ def messages(example: Example, domain: Domain) -> list[dict]:
     ]
 
 
-def run_one(model, sessions: dict, example: Example, variant: str, max_tokens: int) -> dict:
-    """One document under one variant: the answer, its verdict and its per-field scores."""
+def run_one(model, sessions: dict, example: Example, variant: Variant, max_tokens: int) -> dict:
+    """One document under one variant: the answer, its verdict and its per-field scores. `sessions`:
+    {(domain name, any_whitespace): ConstrainedSession with schema_in_prompt=False}; the variant's
+    description is added here, as `ConstrainedSession.prompt` adds it with schema_in_prompt=True."""
     domain = DOMAINS[example.domain]
     chat = messages(example, domain)
-    if variant == "unconstrained+schema":
-        described = with_schema_description(chat, domain.schema)  # what schema_in_prompt=True sends
-        result = model.generate(described, max_tokens=max_tokens, speculative="prompt_lookup")
+    if variant.style is not None:
+        chat = with_schema_description(chat, domain.schema, variant.style)
+    if not variant.constrained:
+        result = model.generate(chat, max_tokens=max_tokens, speculative="prompt_lookup")
         value = parse_answer(result.text)
         valid = value is not None and not check_json(json.dumps(value), domain.schema)[1]
     else:
-        session = sessions[example.domain, variant]
+        session = sessions[example.domain, variant.any_whitespace]
         result = session.generate(chat, max_tokens=max_tokens, speculative="prompt_lookup")
         value, valid = (result.value, result.valid)
     fields = score(domain, value, example.truth)
     return {
         "id": example.id,
         "domain": example.domain,
-        "variant": variant,
+        "variant": variant.name,
         "text": result.text,
         "finish_reason": result.finish_reason,
         "valid": bool(valid),
@@ -110,6 +157,8 @@ def summarise(records: list[dict]) -> dict:
     out: dict = {}
     per_field: dict = {}
     for variant in VARIANTS:
+        if not any(r["variant"] == variant for r in records):
+            continue
         mine = [r for r in records if r["variant"] == variant]
         out[variant] = {}
         per_field[variant] = {}
@@ -120,6 +169,7 @@ def summarise(records: list[dict]) -> dict:
             n_fields = sum(len(r["fields"]) for r in rs)
             out[variant][domain] = {
                 "documents": len(rs),
+                "fields": n_fields,
                 "field_accuracy": sum(sum(r["fields"].values()) for r in rs) / n_fields,
                 "record_accuracy": sum(r["record_correct"] for r in rs) / len(rs),
                 "valid_rate": sum(r["valid"] for r in rs) / len(rs),
@@ -133,15 +183,25 @@ def summarise(records: list[dict]) -> dict:
 
 
 def table(summary: dict) -> str:
+    """The markdown table; accuracies with a rough binomial standard error (sqrt(p(1-p)/n), n the
+    fields or documents; fields of one document are not independent, so the field figure is low)."""
     rows = []
+    default = default_variant()
     for variant, by_domain in summary.items():
         for domain, s in by_domain.items():
+            n_fields, n = s["fields"], s["documents"]
             rows.append(
-                [variant, domain, s["documents"], f"{s['field_accuracy']:.1%}", f"{s['record_accuracy']:.1%}",
+                [variant + " (default)" * (variant == default), domain, n,
+                 f"{s['field_accuracy']:.1%} ± {_se(s['field_accuracy'], n_fields):.0%}",
+                 f"{s['record_accuracy']:.0%} ± {_se(s['record_accuracy'], n):.0%}",
                  f"{s['valid_rate']:.0%}", round(s["prompt_tokens"]), round(s["completion_tokens"]), s["seconds"]]
             )  # fmt: skip
     header = ["variant", "domain", "docs", "field acc.", "record acc.", "valid", "prompt tok", "compl. tok", "s/doc"]
     return md_table(header, rows)
+
+
+def _se(p: float, n: int) -> float:
+    return (p * (1 - p) / n) ** 0.5 if n else 0.0
 
 
 def main(argv=None) -> int:
@@ -149,57 +209,93 @@ def main(argv=None) -> int:
     parser.add_argument("--per-domain", type=int, default=DEFAULT_PER_DOMAIN, help="documents per domain (sample)")
     parser.add_argument("--full", action="store_true", help=f"all {FULL_PER_DOMAIN} documents per domain")
     parser.add_argument("--domains", nargs="+", choices=list(DOMAINS), default=list(DOMAINS))
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(DEFAULT_VARIANTS))
     parser.add_argument("--seed", type=int, default=0, help="the extraction set's seed")
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=192, help="per answer (the longest right one is ~110)")
     parser.add_argument("--out", default=str(RESULTS / "quality.json"))
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the answers already in --out (same seed and max tokens)"
+    )
     args = parser.parse_args(argv)
     per_domain = FULL_PER_DOMAIN if args.full else args.per_domain
     # Round robin over the domains (invoice-0, shipping-0, ..., invoice-1, ...): a run stopped early
     # still covers every domain, and the file rewritten after each document says how far it got.
     docs = sorted(examples(per_domain, args.seed, args.domains), key=lambda e: e.id.rsplit("-", 1)[1])
-    load_before = os.getloadavg()
-    model = coreai.load()
-    sessions = {}
-    for name in args.domains:
-        for variant, in_prompt in (("constrained", False), ("constrained+schema", True)):
-            sessions[name, variant] = ConstrainedSession(model, schema=DOMAINS[name].schema, schema_in_prompt=in_prompt)
-    records: list[dict] = []
-    t0 = time.perf_counter()
     out = os.path.abspath(args.out)
+    records = previous_records(out, args) if args.resume else []
+    done = {(r["id"], r["variant"]) for r in records}
+    load_before = os.getloadavg()
+    model, sessions = None, {}
+    if any((e.id, v) not in done for e in docs for v in args.variants):  # else only the report is rewritten
+        model = coreai.load()
+        sessions = {
+            (name, ws): ConstrainedSession(
+                model, schema=DOMAINS[name].schema, any_whitespace=ws, schema_in_prompt=False
+            )
+            for name in args.domains
+            for ws in {VARIANTS[v].any_whitespace for v in args.variants if VARIANTS[v].constrained}
+        }
+    t0 = time.perf_counter()
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    styles = sorted({VARIANTS[v].style for v in args.variants} - {None})
 
     def write() -> str:
+        # The figures compare the variants on the same documents: those every variant has answered.
+        paired = {e.id for e in docs if all((e.id, v) in done for v in args.variants)}
         result = {
             "machine": machine(),
             "load_average": {"start": load_before, "now": os.getloadavg()},
             "wall_seconds": time.perf_counter() - t0,
             "model": coreai.store.DEFAULT_MODEL,
             "args": {**vars(args), "per_domain": per_domain},
-            "complete": len(records) == len(docs) * len(args.variants),
+            "complete": all((e.id, v) in done for e in docs for v in args.variants),
+            "paired_documents": len(paired),
+            "default_variant": default_variant(),
             "system_prompt": SYSTEM,
-            "schema_descriptions": {name: describe_schema(DOMAINS[name].schema) for name in args.domains},
-            **summarise(records),
+            "schema_descriptions": {
+                style: {name: describe_schema(DOMAINS[name].schema, style) for name in args.domains} for style in styles
+            },
+            **summarise([r for r in records if r["id"] in paired]),
             "records": records,
         }
         with open(out, "w") as f:
             json.dump(result, f, indent=1, ensure_ascii=False)
         md = table(result["summary"])
         with open(os.path.splitext(out)[0] + ".md", "w") as f:
-            f.write(f"python -m benchmarks.quality --per-domain {per_domain}\n\n{md}\n")
+            f.write(
+                f"python -m benchmarks.quality --per-domain {per_domain} --variants {' '.join(args.variants)}\n\n{md}\n"
+            )
         return md
 
+    md = ""
     for i, example in enumerate(docs):
         order = args.variants[i % len(args.variants) :] + args.variants[: i % len(args.variants)]
-        for variant in order:  # rotated, so machine noise hits every variant alike
-            records.append(run_one(model, sessions, example, variant, args.max_tokens))
+        for name in order:  # rotated, so machine noise hits every variant alike
+            if (example.id, name) in done:
+                continue
+            records.append(run_one(model, sessions, example, VARIANTS[name], args.max_tokens))
+            done.add((example.id, name))
             r = records[-1]
-            log(f"{example.id} {variant:22s} fields {sum(r['fields'].values())}/{len(r['fields'])} "
+            log(f"{example.id} {name:22s} fields {sum(r['fields'].values())}/{len(r['fields'])} "
                 f"valid {r['valid']} {r['seconds']:.1f}s")  # fmt: skip
         md = write()
-    print(md)
+    print(md or write())
     log(f"wrote {out} ({time.perf_counter() - t0:.0f} s, load average now {os.getloadavg()})")
     return 0
+
+
+def previous_records(path: str, args) -> list[dict]:
+    """The answers of an earlier run in `path` to keep with --resume: [] when there is none; raises
+    SystemExit when it ran with another seed or token limit (its answers would not be comparable)."""
+    try:
+        with open(path) as f:
+            previous = json.load(f)
+    except FileNotFoundError:
+        return []
+    then = previous.get("args", {})
+    if (then.get("seed"), then.get("max_tokens")) != (args.seed, args.max_tokens):
+        raise SystemExit(f"--resume: {path} ran with seed {then.get('seed')}, max tokens {then.get('max_tokens')}")
+    return [r for r in previous["records"] if r["variant"] in args.variants and r["domain"] in args.domains]
 
 
 if __name__ == "__main__":

@@ -9,8 +9,12 @@ section in the developer message); Ollama's docs ask users to do it by hand. The
 text, not the schema itself: a 0.5B model follows "a date written YYYY-MM-DD" better than
 `{"format": "date"}`, and the text is shorter (fewer prompt tokens).
 
-    describe_schema(schema) -> str
-    with_schema_description(prompt, schema) -> chat messages with the description in the system message
+    describe_schema(schema, style=None) -> str
+    with_schema_description(prompt, schema, style=None) -> chat messages with the description in the system message
+
+Two styles: "schema" says every key in order with its type; "hints" says only the keys whose form
+the grammar fixes and a model could not guess (formats, patterns, enums, consts, ranges, lengths):
+the grammar already writes the keys, so the rest is noise a small model copies into its values.
 """
 
 from __future__ import annotations
@@ -42,6 +46,14 @@ FORMATS = {
 # The default of `ConstrainedSession(schema_in_prompt=...)`, the CLI and the server: the setting
 # benchmarks/quality.py measured best (docs/quality.md has the figures).
 SCHEMA_IN_PROMPT = False
+# The description `schema_in_prompt=True` renders (same source of figures).
+SCHEMA_PROMPT_STYLE = "schema"
+STYLES = ("schema", "hints")
+# Keywords that fix the form of a value beyond its type: the keys a "hints" description names.
+_FORM_KEYWORDS = frozenset(
+    ("const", "enum", "format", "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum")
+    + ("exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems")
+)
 _PLURAL = {
     "object": "objects",
     "array": "arrays",
@@ -54,32 +66,44 @@ _PLURAL = {
 MAX_DEPTH = 8  # deeper nesting is described as its type only; keeps recursive and huge schemas bounded
 
 
-def describe_schema(schema: dict | bool) -> str:
+def describe_schema(schema: dict | bool, style: str | None = None) -> str:
     """A description of the JSON value `schema` asks for, to put in a prompt: a lead line, then (for an
     object) one line per property in declaration order, nested objects indented, optional properties
     marked. `schema`: a JSON Schema as a dict or bool (e.g. `GrammarSpec.schema`); local `$ref`s are
     followed, a recursive one is named instead of expanded. Never raises for a schema the engine
     accepts; keywords it does not know are left out.
 
+    style: "schema" (every key), "hints" (only keys with a format, pattern, enum, const, range or
+    length, under a "Write these values in this form:" lead; "" when there are none, or for a root without
+    such keywords), None for `SCHEMA_PROMPT_STYLE`. Raises ValueError for another style.
+
     >>> print(describe_schema({"type": "object", "properties": {"d": {"type": "string", "format": "date"}},
     ...                        "required": ["d"]}))
     Respond with only a JSON object with these keys, in this order:
     - "d" (string, a date written YYYY-MM-DD)
     """
-    return _Describer(schema).root()
+    style = SCHEMA_PROMPT_STYLE if style is None else style
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
+    return _Describer(schema, hints=style == "hints").root()
 
 
-def with_schema_description(prompt, schema) -> list[dict]:
-    """Chat messages for `prompt` (text, or a list of chat messages) with `describe_schema(schema)` at the
-    start of the system message: prepended to the first message if it is a system (or developer)
-    message, else a system message is added before the others. The input is not changed. Raises
-    ValueError for a prompt of token ids (there is no message to add text to)."""
-    description = describe_schema(schema)
+def with_schema_description(prompt, schema, style: str | None = None) -> list[dict]:
+    """Chat messages for `prompt` (text, or a list of chat messages) with `describe_schema(schema, style)`
+    at the start of the system message: prepended to the first message if it is a system (or
+    developer) message, else a system message is added before the others; an empty description adds
+    nothing. The input is not changed. Raises ValueError for a prompt of token ids (there is no
+    message to add text to) or an unknown style."""
+    description = describe_schema(schema, style)
+    if not description and isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
     if isinstance(prompt, str):
         return [{"role": "system", "content": description}, {"role": "user", "content": prompt}]
     if not prompt or not all(isinstance(m, dict) for m in prompt):
         raise ValueError("schema_in_prompt needs a text prompt or chat messages, not token ids")
     messages = [dict(m) for m in prompt]
+    if not description:
+        return messages
     first = messages[0]
     if first.get("role") in ("system", "developer") and isinstance(first.get("content"), str):
         first["content"] = f"{description}\n\n{first['content']}" if first["content"] else description
@@ -88,12 +112,17 @@ def with_schema_description(prompt, schema) -> list[dict]:
 
 
 class _Describer:
-    def __init__(self, root):
+    def __init__(self, root, hints: bool = False):
         self.root_schema = root
+        self.hints = hints  # only the keys whose form a model could not guess (see `describe_schema`)
 
     def root(self) -> str:
         node = self._resolve(self.root_schema, set())[0]
         what, lines = self.value(self.root_schema, 0, set())
+        if self.hints:
+            if lines:
+                return "\n".join(["Write these values in this form:", *lines])
+            return f"Respond with only {_article(what)}." if self.fixes_form(self.root_schema, set()) else ""
         if lines:
             lead = f"Respond with only {_article(what)} with these keys, in this order:"
         else:
@@ -114,6 +143,19 @@ class _Describer:
             rest = {k: v for k, v in node.items() if k != "$ref"}
             node = {**target[1], **rest} if isinstance(target[1], dict) else target[1]
         return node, None
+
+    def fixes_form(self, node, active: set, depth: int = 0) -> bool:
+        """Whether `node` (or an alternative or array item of it) has a keyword of `_FORM_KEYWORDS`."""
+        node = self._resolve(node, set(active))[0]
+        if not isinstance(node, dict) or depth > MAX_DEPTH:
+            return False
+        if _FORM_KEYWORDS & node.keys():
+            return True
+        options = [o for k in ("anyOf", "oneOf") if isinstance(node.get(k), list) for o in node[k]]
+        items = self._resolve(node.get("items"), set(active))[0]
+        if isinstance(items, dict) and "properties" not in items:  # an array of scalars: its items' form is its own
+            options.append(items)
+        return any(self.fixes_form(o, active, depth + 1) for o in options)
 
     def value(self, node, depth: int, active: set) -> tuple[str, list[str]]:
         """(a phrase for the value: "string, a date written YYYY-MM-DD"; indented lines for its keys)."""
@@ -189,6 +231,8 @@ class _Describer:
         indent = "  " * depth
         for name, sub in props.items():
             phrase, sublines = self.value(sub, depth + 1, active)
+            if self.hints and not sublines and not self.fixes_form(sub, active):
+                continue  # the grammar writes the key; its type says the rest
             resolved = self._resolve(sub, set(active))[0]
             desc = resolved.get("description") if isinstance(resolved, dict) else None
             optional = ", optional" if name not in required else ""

@@ -73,3 +73,36 @@ def test_bad_sample_size():
         examples(per_domain=0)
     with pytest.raises(KeyError):
         examples(domains=["nope"])
+
+
+def test_unconstrained_answers_are_parsed_generously():
+    from benchmarks.quality import parse_answer
+
+    assert parse_answer('{"a": 1}') == {"a": 1}
+    assert parse_answer('Here it is:\n```json\n{"a": 1}\n```\nDone.') == {"a": 1}
+    assert parse_answer('The answer is {"a": {"b": 2}} as asked.') == {"a": {"b": 2}}
+    assert parse_answer("no JSON here") is None
+    assert parse_answer('{"a": 1,') is None
+
+
+def test_the_variant_marked_default_is_what_the_shipped_defaults_run():
+    from benchmarks.quality import VARIANTS, default_variant
+    from guided.schema_prompt import SCHEMA_IN_PROMPT, SCHEMA_PROMPT_STYLE
+
+    default = VARIANTS[default_variant()]
+    assert default.constrained
+    assert default.style == (SCHEMA_PROMPT_STYLE if SCHEMA_IN_PROMPT else None)
+    assert default.any_whitespace is False  # ConstrainedSession's any_whitespace default
+
+
+def test_resume_keeps_only_comparable_answers(tmp_path):
+    from benchmarks.quality import main, previous_records
+
+    out = tmp_path / "quality.json"
+    args = type("Args", (), {"seed": 0, "max_tokens": 192, "variants": ["constrained"], "domains": ["invoice"]})
+    assert previous_records(str(out), args) == []
+    records = [{"id": "invoice-000", "domain": "invoice", "variant": v} for v in ("constrained", "constrained+ws")]
+    out.write_text(json.dumps({"args": {"seed": 0, "max_tokens": 192}, "records": records}))
+    assert previous_records(str(out), args) == records[:1]
+    with pytest.raises(SystemExit, match="ran with seed 0, max tokens 192"):
+        main(["--resume", "--seed", "1", "--out", str(out)])  # refused before the model loads

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from guided.schema_prompt import describe_schema, with_schema_description
+from guided.schema_prompt import SCHEMA_PROMPT_STYLE, describe_schema, with_schema_description
 
 INVOICE = {
     "type": "object",
@@ -126,6 +126,50 @@ def test_a_system_message_is_added_for_text_and_for_messages_without_one():
     ]
     user = [{"role": "user", "content": "Doc"}]
     assert with_schema_description(user, INVOICE) == [{"role": "system", "content": describe_schema(INVOICE)}, *user]
+
+
+def test_hints_name_only_the_keys_whose_form_the_grammar_fixes():
+    assert describe_schema(INVOICE, "hints") == "\n".join(
+        [
+            "Write these values in this form:",
+            '- "invoice_date" (string, a date written YYYY-MM-DD)',
+            '- "currency" (one of "EUR", "USD")',
+            '- "total" (number, >= 0)',
+        ]
+    )
+    nested = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "address": {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}},
+            "notes": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}},
+            "when": {"anyOf": [{"type": "string", "format": "date"}, {"type": "null"}]},
+        },
+    }
+    assert describe_schema(nested, "hints").splitlines()[1:] == [
+        '- "address" (object, optional):',
+        '  - "zip" (string, matching the regular expression ^[0-9]{5}$, optional)',
+        '- "tags" (array of strings (at most 20 characters), optional)',
+        '- "when" (string, a date written YYYY-MM-DD, or null, optional)',
+    ]
+    assert describe_schema({"type": "string", "format": "date"}, "hints") == (
+        "Respond with only a JSON string, a date written YYYY-MM-DD."
+    )
+
+
+def test_hints_without_any_form_keyword_add_nothing_to_the_prompt():
+    plain = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}
+    assert describe_schema(plain, "hints") == describe_schema({"type": "string"}, "hints") == ""
+    chat = [{"role": "system", "content": "You extract fields."}, {"role": "user", "content": "Doc"}]
+    assert with_schema_description(chat, plain, "hints") == chat
+    assert with_schema_description("Doc", plain, "hints") == [{"role": "user", "content": "Doc"}]
+
+
+def test_an_unknown_style_is_refused():
+    with pytest.raises(ValueError, match="style must be one of schema, hints, got 'short'"):
+        describe_schema(INVOICE, "short")
+    assert describe_schema(INVOICE, None) == describe_schema(INVOICE, SCHEMA_PROMPT_STYLE)
 
 
 def test_token_ids_cannot_carry_a_description():
