@@ -16,32 +16,8 @@ from guided.errors import UnsupportedSchemaFeature
 from guided.tool_formats import FORMATS
 from guided.toolcalls import CallStream
 from runtime import load_model
+from tests.tool_defs import SEARCH, TOGGLE, UNIT
 
-SEARCH = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-    },
-}
-UNIT = {
-    "type": "function",
-    "function": {
-        "name": "set_unit",
-        "parameters": {
-            "type": "object",
-            "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}},
-            "required": ["unit"],
-        },
-    },
-}
-TOGGLE = {
-    "type": "function",
-    "function": {
-        "name": "toggle",
-        "parameters": {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]},
-    },
-}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (SEARCH, UNIT, TOGGLE)}
 USER = [{"role": "user", "content": "Hi"}]
 CHATML = (

@@ -19,6 +19,7 @@ from guided.errors import UnsupportedSchemaFeature
 from guided.toolcalls import CallStream
 from guided.validation import check_json
 from runtime import SamplingParams
+from tests.tool_defs import TOGGLE
 
 COLORS = {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 3, "maxItems": 3}
 TAGS = {"type": "object", "properties": {"tags": {**COLORS, "uniqueItems": True}}, "required": ["tags"]}
@@ -33,13 +34,6 @@ PAINT = {
             "properties": {"color": {"enum": ["red", "green"], "not": {"const": "red"}}},
             "required": ["color"],
         },
-    },
-}
-TOGGLE = {
-    "type": "function",
-    "function": {
-        "name": "toggle",
-        "parameters": {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]},
     },
 }
 USER = [{"role": "user", "content": "Hi"}]

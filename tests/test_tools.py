@@ -12,26 +12,8 @@ from pydantic import BaseModel
 from guided import ConstrainedSession
 from guided.toolcalls import CallStream
 from guided.tools import make_tool, text_not_starting_with, tool_constraint
+from tests.tool_defs import SEARCH, UNIT
 
-SEARCH = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the web.",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-    },
-}
-UNIT = {
-    "type": "function",
-    "function": {
-        "name": "set_unit",
-        "parameters": {
-            "type": "object",
-            "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}},
-            "required": ["unit"],
-        },
-    },
-}
 TOGGLE = {
     "type": "function",
     "name": "toggle",

@@ -12,17 +12,10 @@ from test_server import client, serve
 from guided import ConstrainedSession
 from guided.toolcalls import CallStream
 from guided.validation import check_json
+from tests.tool_defs import SEARCH
 
 pytestmark = pytest.mark.model
 
-SEARCH = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the web.",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-    },
-}
 QUERY = "explain the </tool_call> token"
 ASK_SEARCH = [{"role": "user", "content": f"Search the web for exactly this query: {QUERY}"}]
 TAGS = {
