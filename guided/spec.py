@@ -177,6 +177,8 @@ def lark_text(grammar: str) -> str:
         return any_to_lark(text)  # detects Lark syntax and returns it unchanged
     except GbnfToLarkError as exc:
         raise GrammarError(f"invalid GBNF grammar: {exc}") from None
+    except Exception as exc:  # the converter raises a plain Exception for an undefined rule, a missing root
+        raise GrammarError(f"invalid GBNF grammar: {exc}") from None
 
 
 @functools.lru_cache(maxsize=256)

@@ -622,7 +622,10 @@ def test_lenient_lists_what_is_not_enforced(info, toy):
 
 
 def test_grammar_errors(info):
-    for spec in ({"regex": "[a-"}, {"grammar": "start: foo"}, {"grammar": "root ::= [a-"}):
+    # GBNF with a rule it never defines, or without `root` (llguidance's converter raises a plain
+    # Exception for those: it must still be a GrammarError, a 400, never a traceback).
+    bad = ("start: foo", "root ::= [a-", "root ::= foo", 'a ::= "x"', 'root ::= "x" bar\nbar ::= baz')
+    for spec in ({"regex": "[a-"}, *({"grammar": g} for g in bad)):
         with pytest.raises(GrammarError):
             compile_grammar(make_spec(**spec), info)
     with pytest.raises(GrammarError):

@@ -1045,6 +1045,27 @@ def test_engine_limits_are_400(tiny, body, param, words):
     assert error["param"] == param and words in error["message"], error
 
 
+@pytest.mark.parametrize(
+    "route, body, param",
+    [
+        (
+            "/v1/chat/completions",
+            '{"model": "tiny", "messages": [{"role": "user", "content": "hi \\ud800"}]}',
+            "messages[0].content",
+        ),
+        ("/v1/completions", '{"model": "tiny", "prompt": "hi \\udfff there"}', "prompt"),
+        ("/v1/responses", '{"model": "tiny", "input": "\\ud800"}', "input"),
+    ],
+)
+def test_a_lone_surrogate_escape_is_a_400_naming_the_field(tiny, route, body, param):
+    """JSON may escape half of a UTF-16 surrogate pair (`\\ud800`), which is no Unicode text: a 400
+    naming where it is, never a tokenizer's TypeError as a 500."""
+    r = httpx.post(tiny + route, content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert "surrogate" in error["message"] and (error["param"] or "").startswith(param), error
+
+
 # ---- forced tool calls (issue 12) -----------------------------------------------------------------
 
 

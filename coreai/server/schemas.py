@@ -21,16 +21,42 @@ FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue
 
 
+def lone_surrogate(value, path: tuple = ()) -> tuple | None:
+    """The path (keys and indexes) of the first string in `value` (JSON data) holding a lone UTF-16
+    surrogate, which JSON can escape (`"\\ud800"`) but which is no Unicode text, so no tokenizer
+    takes it; None when there is none."""
+    if isinstance(value, str):
+        return None if value.isascii() or _encodes(value) else path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return next((p for k, v in items if (p := lone_surrogate(v, (*path, k))) is not None), None)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode_text(cls, data):
+        if (path := lone_surrogate(data)) is not None:
+            raise field_error(path, "a lone UTF-16 surrogate escape (\\ud800-\\udfff) is not Unicode text", data)
+        return data
 
-def field_error(field: str, message: str, value: Any) -> ValidationError:
-    """An error of a model validator located at `field`: a ValueError raised there has no location,
-    so the 400 would name no field (pydantic-core keeps the location of a ValidationError raised in a
-    validator)."""
+
+def field_error(field: str | tuple, message: str, value: Any) -> ValidationError:
+    """An error of a model validator located at `field` (a name, or a path of keys and indexes): a
+    ValueError raised there has no location, so the 400 would name no field (pydantic-core keeps the
+    location of a ValidationError raised in a validator)."""
     error = PydanticCustomError("value_error", "{message}", {"message": message})
-    return ValidationError.from_exception_data("request", [InitErrorDetails(type=error, loc=(field,), input=value)])
+    loc = field if isinstance(field, tuple) else (field,)
+    return ValidationError.from_exception_data("request", [InitErrorDetails(type=error, loc=loc, input=value)])
 
 
 # ---- chat messages -------------------------------------------------------------------------------
