@@ -272,3 +272,23 @@ def test_generate_with_tools_prints_the_calls(tiny_model_dir, tmp_path, capsys):
         path = tools if bad else tmp_path / "missing.json"
         code = main(["generate", "no-such-model", "--prompt", "x", "--tools", str(path), *bad])
         assert code != 0 and "--tools" in capsys.readouterr().err
+    # Tool flags without --tools would be a constraint silently dropped.
+    for flags in (["--tool-choice", "required"], ["--tool-choice", "banana"], ["--no-parallel-tool-calls"]):
+        code = main(["generate", "no-such-model", "--prompt", "x", *flags])
+        assert code != 0 and "need --tools" in capsys.readouterr().err, flags
+
+
+def test_generate_with_tools_keeps_the_complete_calls_when_max_tokens_cuts_one(tiny_model_dir, tmp_path, capsys):
+    """Parallel calls cut by --max-tokens: the complete calls are printed and the cut one dropped,
+    as the server does (finish_reason tool_calls), not the raw markup as invalid output."""
+    parameters = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]}
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "toggle", "parameters": parameters}}]))
+    code = main(
+        ["generate", str(tiny_model_dir), "--prompt", "Turn it on.", "--tools", str(tools), "--tool-choice"]
+        + ["required", "--max-tokens", "60", "--temperature", "0"]
+    )
+    captured = capsys.readouterr()
+    out = captured.out.strip().splitlines()  # greedy, the tiny model repeats the call (mostly jump-forward)
+    assert code == 0 and len(out) == 2 and all(json.loads(line)["name"] == "toggle" for line in out), captured
+    assert "cut by --max-tokens" in captured.err and "<tool_call>" not in captured.out

@@ -32,7 +32,6 @@ def register(sub) -> None:
     p.add_argument("--tools", type=Path, help="JSON file with a list of tools (OpenAI function definitions)")
     p.add_argument(
         "--tool-choice",
-        default="auto",
         help="with --tools: auto (default), required, none, or a function name (exactly one call of it)",
     )
     p.add_argument("--no-parallel-tool-calls", action="store_true", help="with --tools: at most one call")
@@ -44,6 +43,8 @@ def run(args) -> int:
     sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
     common.check_grammar_args(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
+    if args.tools is None and (args.tool_choice is not None or args.no_parallel_tool_calls):
+        raise ValueError("--tool-choice and --no-parallel-tool-calls need --tools FILE")
     tools = read_tools(args) if args.tools is not None else None
     model = common.load_model(args)
     session = common.constrained_session(model, args) if tools is None else tools_session(model, tools, args)
@@ -67,7 +68,10 @@ def run(args) -> int:
         result = runner.generate(prompt, **kwargs)
         if getattr(result, "reasoning", None):
             print(f"[reasoning] {result.reasoning}", file=sys.stderr)
-        if session is not None and not result.valid:  # stdout carries only valid output (e.g. into a pipe)
+        if cut_calls(tools, result):  # as the server: the complete calls, the one cut by max_tokens dropped
+            print("coreai generate: a call cut by --max-tokens was dropped", file=sys.stderr)
+        if session is not None and not result.valid and not cut_calls(tools, result):
+            # stdout carries only valid output (e.g. into a pipe)
             print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
         elif tools is not None:  # one JSON line per call, then the text answer, if any
             for call in result.tool_calls:
@@ -79,10 +83,16 @@ def run(args) -> int:
     common.print_stats(result, args.verbose)
     if session is not None and args.verbose:
         common.print_enforcement(session, result)
-    if session is not None and not result.valid:
+    if session is not None and not result.valid and not cut_calls(tools, result):
         print(f"coreai generate: invalid output: {'; '.join(result.errors)}", file=sys.stderr)
         return 1
     return 0 if result.finish_reason in ("stop", "length") else 1
+
+
+def cut_calls(tools, result) -> bool:
+    """Whether `max_tokens` cut a tools reply after at least one complete call (the server then
+    answers with the complete calls, finish_reason tool_calls)."""
+    return tools is not None and result.finish_reason == "length" and bool(result.tool_calls)
 
 
 def read_tools(args) -> list:
@@ -103,7 +113,7 @@ def tools_session(model, tools: list, args):
     """The `ConstrainedSession` of --tools: `--tool-choice` auto / required / none or a function name."""
     from guided import ConstrainedSession
 
-    choice = args.tool_choice
+    choice = args.tool_choice or "auto"
     if choice not in ("auto", "required", "none"):
         choice = {"type": "function", "function": {"name": choice}}
     return ConstrainedSession(
