@@ -536,11 +536,12 @@ def test_null_parameters_take_their_defaults(tiny):
         ),
         (chat_body(n=17), 400, "n", "less than or equal to 16"),
         (chat_body(temperature=-1), 400, "temperature", "temperature must be a finite number >= 0"),
+        (chat_body(temperature=5), 400, "temperature", "less than or equal to 2"),  # OpenAI's range is [0, 2]
         (
             b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": 1e999}',
             400,
             "temperature",
-            "finite",
+            "less than or equal to 2",
         ),
         (chat_body(repetition_penalty=float("inf")), 400, "repetition_penalty", "finite"),
         (chat_body(top_p=0), 400, "top_p", "top_p must be in (0, 1]"),

@@ -183,7 +183,7 @@ class ResponseCreateRequest(Request):
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = None
+    temperature: float | None = Field(None, le=2)  # OpenAI's bound; the runtime checks the rest
     top_p: float | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # extension (vLLM's)
@@ -305,7 +305,7 @@ class Response(BaseModel):
     metadata: dict[str, str] | None = None
     max_output_tokens: int | None = None
     parallel_tool_calls: bool
-    temperature: float | None = None
+    temperature: float | None = Field(None, le=2)  # OpenAI's bound; the runtime checks the rest
     top_p: float | None = None
     top_logprobs: int | None = None
     tool_choice: Any

@@ -21,14 +21,22 @@ FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue
 
 
-def lone_surrogate(value, path: tuple = ()) -> tuple | None:
+def lone_surrogate(value) -> tuple | None:
     """The path (keys and indexes) of the first string in `value` (JSON data) holding a lone UTF-16
     surrogate, which JSON can escape (`"\\ud800"`) but which is no Unicode text, so no tokenizer
-    takes it; None when there is none."""
-    if isinstance(value, str):
-        return None if value.isascii() or _encodes(value) else path
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    return next((p for k, v in items if (p := lone_surrogate(v, (*path, k))) is not None), None)
+    takes it; None when there is none. Iterative: a schema may nest deeper than Python recurses."""
+    stack = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii() and not _encodes(item):
+                return path
+        elif isinstance(item, dict):
+            stack += [((*path, k), v) for k, v in reversed(item.items())]
+            stack += [((*path, k), k) for k in item if isinstance(k, str) and not k.isascii()]
+        elif isinstance(item, list):
+            stack += [((*path, i), v) for i, v in reversed(list(enumerate(item)))]
+    return None
 
 
 def _encodes(text: str) -> bool:
@@ -193,7 +201,7 @@ class SamplingFields(Request):
 
     model: str
     max_tokens: int | None = None
-    temperature: float | None = None
+    temperature: float | None = Field(None, le=2)  # OpenAI's bound; the runtime checks the rest
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
