@@ -1067,6 +1067,23 @@ def test_a_lone_surrogate_escape_is_a_400_naming_the_field(tiny, route, body, pa
     assert "surrogate" in error["message"] and (error["param"] or "").startswith(param), error
 
 
+def test_a_constrained_output_that_is_not_valid_is_a_refusal(tiny):
+    """finish_reason "error" (the output breaks its schema) also sets `message.refusal`, whole and
+    streamed, so the openai SDK's `parse()` leaves `parsed` None instead of parsing invalid JSON
+    (it parses unless there is a refusal); the text stays in `content` for debugging."""
+    only_red = {"enum": ["red"], "not": {"const": "red"}}  # the grammar forces "red", the check refuses it
+    schema = {"type": "object", "properties": {"c": only_red}, "required": ["c"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}
+    c = client(tiny)
+    r = c.chat.completions.create(model="tiny", messages=USER, max_tokens=20, response_format=fmt)
+    choice = r.choices[0]
+    assert choice.finish_reason == "error" and "not" in (choice.message.refusal or ""), choice
+    stream = c.chat.completions.create(model="tiny", messages=USER, max_tokens=20, response_format=fmt, stream=True)
+    chunks = [ch for ch in stream if ch.choices]
+    refusal = "".join(ch.choices[0].delta.refusal or "" for ch in chunks)
+    assert chunks[-1].choices[0].finish_reason == "error" and refusal == choice.message.refusal
+
+
 # ---- forced tool calls (issue 12) -----------------------------------------------------------------
 
 

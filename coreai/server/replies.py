@@ -58,6 +58,15 @@ def openai_finish_reason(result: GenerationResult, calls: list[ToolCall]) -> str
     return "length" if reason == "length" else "error"
 
 
+def refusal(result: GenerationResult, finish: str, constrained: bool) -> str | None:
+    """`message.refusal` for a constrained output that ended "error" (it breaks its constraint), so
+    the openai SDK's `parse()`, which parses `content` unless there is a refusal, does not present
+    it as valid; None otherwise."""
+    if not constrained or finish != "error":
+        return None
+    return f"the output is not valid against its constraint: {result.error or 'generation failed'}"
+
+
 class _Reply:
     """Shared state of one response: ids, the tokenizer (for logprob token strings). A request's `n`
     choices are jobs of their own; their chunks go out as they come, each with its choice's index."""
@@ -137,7 +146,10 @@ class ChatReply(_Reply):
         finish = openai_finish_reason(result, calls)
         tool_calls = message_tool_calls(calls)
         message = o.ResponseMessage(
-            content=content if content or not calls else None, tool_calls=tool_calls, reasoning_content=reasoning
+            content=content if content or not calls else None,
+            tool_calls=tool_calls,
+            reasoning_content=reasoning,
+            refusal=refusal(result, finish, self.constraint is not None),
         )
         logprobs = None
         if self.req.logprobs:
@@ -207,7 +219,8 @@ class ChatReply(_Reply):
                 for e in calls.finish(result.tool_calls):
                     yield self.chunk(index, o.ChunkDelta(tool_calls=[chunk_tool_call(e, ids)]))
             finish = openai_finish_reason(result, result.tool_calls if calls else [])
-            yield self.chunk(index, o.ChunkDelta(), finish, self._logprobs(pending_logprobs))
+            delta = o.ChunkDelta(refusal=refusal(result, finish, self.constraint is not None))
+            yield self.chunk(index, delta, finish, self._logprobs(pending_logprobs))
         finally:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 

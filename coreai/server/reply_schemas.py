@@ -41,7 +41,7 @@ class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     reasoning_content: str | None = None  # a thinking model's reasoning (vLLM's and DeepSeek's field)
-    refusal: None = None
+    refusal: str | None = None  # set when a constrained output is not valid (finish_reason "error")
     tool_calls: list[ResponseToolCall] | None = None
 
 
@@ -103,6 +103,7 @@ class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     reasoning_content: str | None = None
     content: str | None = None
+    refusal: str | None = None
     tool_calls: list[ChunkToolCall] | None = None
 
 
