@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from dataclasses import dataclass
 
 from guided.errors import SchemaError
@@ -43,6 +44,7 @@ from guided.tool_formats import (
 # neither enforces, and formats whose calls are not JSON envelopes (`guided.callcheck.call_plans`).
 LENIENT_CALL_JSON = {**CALL_JSON_STYLE, "lenient": True}
 MODES = ("auto", "required", "none")
+TOOL_NAME = r"[a-zA-Z0-9_-]{1,64}"  # OpenAI's function names (the server's request schema uses it too)
 
 
 @dataclass(frozen=True)
@@ -83,26 +85,33 @@ def parameters_schema(schema, strict: bool | None = None) -> dict:
     return schema if strict is False else close_objects(schema)
 
 
+def checked_name(name) -> str:
+    """`name` if it is an OpenAI function name (`TOOL_NAME`), else ValueError naming it."""
+    if not isinstance(name, str) or not re.fullmatch(TOOL_NAME, name):
+        raise ValueError(f"a tool's name must be 1-64 letters, digits, '_' or '-' (OpenAI's rule), got {name!r}")
+    return name
+
+
 def make_tool(tool) -> Tool:
     """A `Tool` from any accepted shape (see the module docstring). Raises SchemaError (bad
-    parameters) or ValueError (an unknown shape, a missing name)."""
+    parameters) or ValueError (an unknown shape, a missing or malformed name)."""
     if isinstance(tool, Tool):
         return tool
     if isinstance(tool, type) and hasattr(tool, "model_json_schema"):
         schema = tool.model_json_schema()
         description = schema.get("description") or inspect.getdoc(tool)
-        return Tool(tool.__name__, parameters_schema(schema), description, shown=schema)
+        return Tool(checked_name(tool.__name__), parameters_schema(schema), description, shown=schema)
     if callable(tool) and not isinstance(tool, dict):
         from pydantic import TypeAdapter
 
         schema = TypeAdapter(tool).json_schema()
-        return Tool(tool.__name__, parameters_schema(schema), inspect.getdoc(tool), shown=schema)
+        return Tool(checked_name(tool.__name__), parameters_schema(schema), inspect.getdoc(tool), shown=schema)
     if not isinstance(tool, dict) or tool.get("type", "function") != "function":
         raise ValueError(f"a tool is a function definition (dict), a pydantic model class or a function, got {tool!r}")
     function = tool.get("function", tool)  # the chat shape nests it; the Responses shape is flat
-    name = function.get("name")
-    if not isinstance(name, str) or not name:
+    if not function.get("name"):
         raise ValueError("a tool function needs a name")
+    name = checked_name(function["name"])
     strict, shown = function.get("strict"), function.get("parameters")
     return Tool(name, parameters_schema(shown, strict), function.get("description"), strict, shown)
 
@@ -288,6 +297,8 @@ def tool_constraint(
         if name not in names:
             raise ValueError(f"tool_choice names the function {name!r}, which is not in tools")
         allowed, mode, parallel = [t for t in parsed if t.name == name], "required", False
+    elif choice in names and choice not in MODES:  # a bare function name: the named choice
+        allowed, mode, parallel = [t for t in parsed if t.name == choice], "required", False
     elif choice not in MODES:
         raise ValueError(f"tool_choice must be one of {', '.join(MODES)} or a named function, got {choice!r}")
     f = FORMATS.get(fmt)

@@ -168,3 +168,12 @@ def test_tool_shapes():
     assert make_tool(TOGGLE).parameters == {**given, "additionalProperties": False}
     with pytest.raises(ValueError, match="not in tools"):
         tool_constraint([TOGGLE], {"type": "function", "function": {"name": "nope"}}, True, "generic", None, None)
+    # A function's name as tool_choice is the named choice (the Python API's convenience, as the CLI's).
+    named = tool_constraint([TOGGLE, UNIT], "toggle", True, "generic", None, None)
+    as_dict = tool_constraint([TOGGLE, UNIT], {"type": "function", "name": "toggle"}, True, "generic", None, None)
+    assert (named.mode, named.parallel, named.grammar) == ("required", False, as_dict.grammar)
+    assert "set_unit" not in named.grammar
+    # Names are OpenAI's function names: a lambda's "<lambda>" is refused, not called by that name.
+    for bad in (lambda x: x, {"type": "function", "function": {"name": "a b"}}, {"type": "function", "name": "x" * 65}):
+        with pytest.raises(ValueError, match="name"):
+            make_tool(bad)

@@ -17,7 +17,9 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+from guided.tools import TOOL_NAME
+
+FUNCTION_NAME = f"^{TOOL_NAME}$"
 MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue
 
 
