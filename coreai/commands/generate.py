@@ -68,9 +68,10 @@ def run(args) -> int:
         result = runner.generate(prompt, **kwargs)
         if getattr(result, "reasoning", None):
             print(f"[reasoning] {result.reasoning}", file=sys.stderr)
-        if cut_calls(tools, result):  # as the server: the complete calls, the one cut by max_tokens dropped
+        cut = cut_calls(tools, result)  # as the server: the complete calls, the one cut by max_tokens dropped
+        if cut:
             print("coreai generate: a call cut by --max-tokens was dropped", file=sys.stderr)
-        if session is not None and not result.valid and not cut_calls(tools, result):
+        if session is not None and not result.valid and not cut:
             # stdout carries only valid output (e.g. into a pipe)
             print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
         elif tools is not None:  # one JSON line per call, then the text answer, if any

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, mode
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from coreai.server.reply_schemas import TokenLogprob
-from coreai.server.schemas import FUNCTION_NAME, Request, StructuredOutputs
+from coreai.server.schemas import FUNCTION_NAME, Body, Request, StructuredOutputs
 
 
 def located_error(loc: tuple, message: str, value: Any) -> ValidationError:
@@ -169,7 +169,7 @@ class ReasoningConfig(Request):
 # ---- the request ---------------------------------------------------------------------------------
 
 
-class ResponseCreateRequest(Request):
+class ResponseCreateRequest(Body):
     """`POST /v1/responses`. Accepted and ignored, as OpenAI's semantics allow on a local server:
     `user`, `truncation: "disabled"` (the default: a prompt over the context is a
     400), `include: []`. `metadata` is echoed back."""

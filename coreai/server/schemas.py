@@ -52,6 +52,11 @@ def _encodes(text: str) -> bool:
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+
+class Body(Request):
+    """A whole request body (the endpoints' request models derive from it): its strings are checked
+    for lone surrogates once, here, before any nested model is validated."""
+
     @model_validator(mode="before")
     @classmethod
     def _unicode_text(cls, data):
@@ -197,7 +202,7 @@ class StreamOptions(Request):
 # ---- requests -------------------------------------------------------------------------------------
 
 
-class SamplingFields(Request):
+class SamplingFields(Body):
     """Fields shared by chat and legacy completions. The sampling fields' ranges and `max_tokens` are
     checked in one place, where the runtime's `SamplingParams` is built (a 400 naming the field)."""
 
