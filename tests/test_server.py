@@ -571,7 +571,12 @@ def test_null_parameters_take_their_defaults(tiny):
             "tool_choice",
             "nope",
         ),
-        (chat_body(tools=UNIT_TOOLS, response_format={"type": "json_object"}), 400, "response_format", "tools"),
+        (
+            chat_body(tools=UNIT_TOOLS, structured_outputs={"regex": "[a-z]+"}),
+            400,
+            "structured_outputs",
+            "must be a JSON Schema or json_object",
+        ),
         (
             chat_body(
                 tools=[
