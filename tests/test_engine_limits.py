@@ -84,6 +84,37 @@ def test_lark_rule_without_a_base_case(info):
 
 
 @pytest.mark.parametrize(
+    "grammar, rule",
+    [
+        ('start: "a" start', "start"),  # right recursion: llguidance compiles it, and it never accepts
+        ('start: x\nx: "(" x ")"', "start"),
+        ('start: "a" | b\nb: "c" b', "b"),  # a branch the output could enter and never leave
+        ('start: x? "b"\nx: "a" x', "x"),
+        ("root ::= \"a\" root", "start"),  # GBNF, converted to Lark (root is start)
+        ('start: item+\nitem: "(" item ")" | block\nblock: "{" block "}"', "block"),
+    ],
+)
+def test_grammar_rules_that_never_end_are_refused(info, grammar, rule):
+    with pytest.raises(GrammarError) as e:
+        compile_(info, grammar=grammar)
+    assert "never ends" in str(e.value) and repr(rule) in str(e.value), e.value
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        'start: "a" start | "b"',
+        'start: x+\nx: "a" | "(" x ")"',
+        'start: x{0,3} "b"\nx: "a"',
+        'start: TEXT\nTEXT: /(.|\\n)+/ & ~(/(.|\\n)*/ "<x>" /(.|\\n)*/)',
+        '%llguidance {}\nstart: j\nj: %json {"type": "object", "properties": {"a": {"pattern": "}"}}}',
+    ],
+)
+def test_grammars_that_can_end_compile(info, grammar):
+    compile_(info, grammar=grammar)
+
+
+@pytest.mark.parametrize(
     "spec, what",
     [
         (dict(choices=[f"c{i}" for i in range(70_000)]), "grammar symbols"),

@@ -569,6 +569,12 @@ def test_null_parameters_take_their_defaults(tiny):
         (chat_body(structured_outputs={"regex": "(unclosed"}), 400, "structured_outputs.regex", "regex"),
         (chat_body(structured_outputs={"grammar": "start: undefined_rule"}), 400, "structured_outputs.grammar", ""),
         (
+            chat_body(structured_outputs={"grammar": 'start: "a" start'}),
+            400,
+            "structured_outputs.grammar",
+            "the grammar admits no finite text: rule 'start' never ends",
+        ),
+        (
             chat_body(tools=UNIT_TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
             400,
             "tool_choice",
