@@ -146,9 +146,11 @@ class ConstrainedSession:
             if reasoning_markers
             else model.tokenizer.reasoning_tokens
         )
-        if schema_in_prompt and self.spec.kind not in JSON_KINDS:
+        # The JSON format the output follows (beside tools: the text answer's), which the prompt describes.
+        self.json_spec = self.answer_spec or (self.spec if self.spec.kind in JSON_KINDS else None)
+        if schema_in_prompt and self.json_spec is None:
             raise ValueError(f"schema_in_prompt needs a JSON Schema or json_object constraint, not {self.spec.kind}")
-        self.schema_in_prompt = self.spec.kind in JSON_KINDS and (
+        self.schema_in_prompt = self.json_spec is not None and (
             SCHEMA_IN_PROMPT if schema_in_prompt is None else bool(schema_in_prompt)
         )
 
@@ -183,7 +185,7 @@ class ConstrainedSession:
         as a first paragraph; token ids, and every prompt without `schema_in_prompt`, are unchanged."""
         if not self.schema_in_prompt or not prompt or not isinstance(prompt, (str, list, tuple)):
             return prompt
-        schema = self.spec.schema if self.spec.schema is not None else {"type": "object"}
+        schema = self.json_spec.schema if self.json_spec.schema is not None else {"type": "object"}
         if isinstance(prompt, str) and not (chat_template and self.model.tokenizer.has_chat_template):
             return f"{describe_schema(schema)}\n\n{prompt}"
         if isinstance(prompt, str) or all(isinstance(m, dict) for m in prompt):

@@ -137,3 +137,18 @@ def test_responses_text_format_beside_tools(tiny):
         jsonschema.validate(json.loads(response.output_text), ANSWER)
     else:
         assert [item.type for item in response.output] == ["function_call"]
+
+
+def test_the_answer_schema_is_described_in_the_prompt(tiny_model, tiny):
+    """schema_in_prompt describes the answer's schema beside tools (as for a response format alone)."""
+    from guided.schema_prompt import describe_schema
+
+    session = ConstrainedSession(tiny_model, tools=[UNIT], schema=ANSWER, schema_in_prompt=True)
+    assert describe_schema(ANSWER) in session.prompt(USER)[0]["content"]
+    required = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="required", schema=ANSWER)
+    assert not required.schema_in_prompt  # calls only: the answer's format is not used
+    body = dict(model="tiny", messages=USER, tools=[UNIT], response_format=FORMAT, max_tokens=1)
+    described = httpx.post(tiny + "/v1/chat/completions", json={**body, "schema_in_prompt": True}, timeout=60)
+    plain = httpx.post(tiny + "/v1/chat/completions", json={**body, "schema_in_prompt": False}, timeout=60)
+    assert described.status_code == plain.status_code == 200, described.text
+    assert described.json()["usage"]["prompt_tokens"] > plain.json()["usage"]["prompt_tokens"]
