@@ -175,10 +175,10 @@ def tool_grammar(
     tools: the functions a call may use (one for a named tool_choice). parallel: allow several calls.
     refs: the Lark spelling of each marker text the format uses (`token_ref`). answer: the JSON
     Schema (llguidance's, with its `x-guidance` options) of the text answer, a response format beside
-    the tools: under auto the reply is its JSON or calls in the format's own markup (JSON calls
-    written as text would read as answers), under none its JSON; None: free text. Raises ValueError
-    for an unknown format or mode, a marker the format needs as a special token the tokenizer lacks,
-    or an answer beside a format whose calls start as JSON does (llama3's bare objects).
+    the tools: under auto the reply is its JSON or calls (a JSON call is told from the answer by its
+    head, `{"name": "<tool>"`, which the triggers then end with), under none its JSON; None: free
+    text. Raises ValueError for an unknown format or mode, or a marker the format needs as a special
+    token the tokenizer lacks.
     """
     if fmt not in FORMATS:
         raise ValueError(f"tool_format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -218,20 +218,18 @@ def tool_grammar(
     rules = f.rules(pieces)
     if mode == "required":
         return head + "start: calls\n" + rules + capture, []
-    if answer_json:
-        if any(t.startswith("{") for t, _ in triggers):
-            raise ValueError(
-                f"the {fmt} format writes calls as bare JSON objects: a JSON response format beside its tools "
-                'could not be told from a call (use tool_choice "none" or "required")'
-            )
-        return head + "start: answer_json | calls\n" + answer_json + rules + capture, triggers
-    # auto: text, or calls. At the output's start the format's own calls, or the JSON calls small
-    # models write (`json_text_forms`); text may not start as those do. A special-token opener after
-    # text starts the calls.
-    options = ["TEXT", "calls"]
+    # auto: text (or the answer's JSON), or calls. At the output's start the format's own calls, or
+    # the JSON calls small models write (`json_text_forms`); text may not start as those do. A
+    # special-token opener after text starts the calls.
+    options = ["answer_json" if answer_json else "TEXT", "calls"]
     if f.json_text:
-        forms, form_rules, form_triggers = json_text_forms(pieces, f.bare)
+        forms, form_rules, form_triggers = json_text_forms(pieces, f.bare or answer_json is not None)
         options, rules, triggers = options + forms, rules + form_rules, triggers + form_triggers
+    if answer_json:
+        # A JSON call is told from the answer by its head, `{"name": "<tool>"` as the call grammar writes it.
+        heads = [f'"name": {json.dumps(t.name)}' for t in tools]
+        triggers = [(t + h, at) for t, at in triggers for h in (heads if t.endswith("{") else [""])]
+        return head + f"start: {' | '.join(options)}\n" + answer_json + rules + capture, triggers
     if f.opener in refs and refs[f.opener].startswith("<["):
         options.append(f"TEXT {f.after_text}")
     text = text_not_starting_with([t for t, _ in triggers]) if triggers else "(.|\\n)*"

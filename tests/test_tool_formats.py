@@ -382,14 +382,21 @@ def test_keywords_left_to_validate_and_rollback_are_refused_where_calls_are_not_
     assert ConstrainedSession(family_model(fmt), tools=[tool], tool_format="generic").call_plans
 
 
-def test_a_json_answer_beside_tools_needs_calls_that_do_not_start_as_json(family_model):
-    """A response format beside tools (auto): llama3's calls are bare JSON objects, which an answer
-    could not be told from (refused); pythonic calls start with `[name(`, which JSON cannot."""
+@pytest.mark.parametrize(
+    "fmt, call",
+    [
+        ("llama3", '{"name": "set_unit", "parameters": {"unit": "celsius"}}'),  # its calls are bare JSON
+        ("pythonic", '[set_unit(unit="celsius")]'),
+        ("mistral", '[TOOL_CALLS] [{"name": "set_unit", "arguments": {"unit": "celsius"}}]'),
+    ],
+)
+def test_a_json_answer_beside_tools_is_told_from_a_call(family_model, fmt, call):
+    """A response format beside tools (auto): the answer's JSON and the format's calls, each read as
+    what it is (a call by its head, `{"name": "<tool>"` for JSON calls)."""
     answer = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    with pytest.raises(ValueError, match="bare JSON"):
-        ConstrainedSession(family_model("llama3"), tools=[UNIT], schema=answer)
-    session = ConstrainedSession(family_model("pythonic"), tools=[UNIT], schema=answer)
-    assert _forced(session, '{"ok":true}')[:2] == (True, [])
-    accepted, calls, _ = _forced(session, '[set_unit(unit="celsius")]')
+    session = ConstrainedSession(family_model(fmt), tools=[UNIT], schema=answer)
+    accepted, calls, labels = _forced(session, '{"ok":true}')
+    assert accepted and calls == [] and set(labels) == {None}
+    accepted, calls, _ = _forced(session, call)
     assert accepted and [c.name for c in calls] == ["set_unit"]
     assert not _forced(session, "Hi")[0]
