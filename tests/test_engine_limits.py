@@ -90,7 +90,7 @@ def test_lark_rule_without_a_base_case(info):
         ('start: x\nx: "(" x ")"', "start"),
         ('start: "a" | b\nb: "c" b', "b"),  # a branch the output could enter and never leave
         ('start: x? "b"\nx: "a" x', "x"),
-        ("root ::= \"a\" root", "start"),  # GBNF, converted to Lark (root is start)
+        ('root ::= "a" root', "start"),  # GBNF, converted to Lark (root is start)
         ('start: item+\nitem: "(" item ")" | block\nblock: "{" block "}"', "block"),
     ],
 )
