@@ -46,10 +46,10 @@ class ConstrainedSession:
         "required", "none" or {"type": "function", "function": {"name": ...}}),
         parallel_tool_calls (True) and tool_format (None: detected from the chat template, else one
         of `guided.tool_formats.FORMATS`: "hermes", "llama3", "mistral", "mistral_names", "phi4",
-        "pythonic", "qwen3_coder", "generic"). The result has `tool_calls` and `content`. A schema
-        or json_object beside tools is the text answer's format (OpenAI's response_format with
-        tools): under "auto" the reply is calls or that JSON (`content`, `value`), under "none" the
-        JSON, under "required" / a named function calls only (the format is not used).
+        "glm45", "kimi_k2", "lfm2", "pythonic", "qwen3_coder", "generic"). The result has
+        `tool_calls` and `content`. A schema or json_object beside tools is the text answer's format
+        (OpenAI's response_format with tools): under "auto" the reply is calls or that JSON
+        (`content`, `value`), under "none" the JSON, under "required" / a named function calls only.
 
     Options: any_whitespace (False), strict (True), lenient (False): see `guided.spec`.
     jump_forward (True): append grammar-forced tokens without sampling.
