@@ -223,7 +223,7 @@ def tool_grammar(
     # special-token opener after text starts the calls.
     options = ["answer_json" if answer_json else "TEXT", "calls"]
     if f.json_text:
-        forms, form_rules, form_triggers = json_text_forms(pieces, f.bare or answer_json is not None)
+        forms, form_rules, form_triggers = json_text_forms(pieces, f.bare)
         options, rules, triggers = options + forms, rules + form_rules, triggers + form_triggers
     if answer_json:
         # A JSON call is told from the answer by its head, `{"name": "<tool>"` as the call grammar writes it.
