@@ -326,7 +326,7 @@ class ConstrainedSession:
                     value, answer_errors = check_json(content or "", self.answer_spec.schema)
                     errors += answer_errors
         parsed = None
-        if self.model_class is not None and complete and not errors:
+        if self.model_class is not None and complete and not errors and not calls:  # calls: no answer
             try:
                 parsed = self.model_class.model_validate(value)
             except ValueError as exc:  # pydantic's ValidationError: a constraint JSON Schema cannot express

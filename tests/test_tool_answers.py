@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Literal
 
 import httpx
 import jsonschema
@@ -181,3 +182,18 @@ def test_the_answer_schema_is_described_in_the_prompt(tiny_model, tiny):
     plain = httpx.post(tiny + "/v1/chat/completions", json={**body, "schema_in_prompt": False}, timeout=60)
     assert described.status_code == plain.status_code == 200, described.text
     assert described.json()["usage"]["prompt_tokens"] > plain.json()["usage"]["prompt_tokens"]
+
+
+def test_a_pydantic_answer_beside_tools(tiny_model):
+    """A pydantic model class as the answer's format: the answer parses into it; a reply of calls
+    is valid with nothing to parse."""
+    import pydantic
+
+    class Mood(pydantic.BaseModel):
+        mood: Literal["happy", "sad"]
+
+    calls = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="required", schema=Mood, parallel_tool_calls=False)
+    result = calls.generate(USER, max_tokens=60)
+    assert result.valid and result.tool_calls and result.parsed is None, result.errors
+    answer = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="none", schema=Mood).generate(USER, max_tokens=30)
+    assert answer.valid and answer.parsed == Mood.model_validate_json(answer.content), answer.errors
