@@ -248,21 +248,26 @@ def never_ending_rules(grammar: str) -> list[str]:
         return []
     if "start" not in rules:
         return []
+    # A worklist: a rule is evaluated again only when a rule it refers to has become productive.
+    users: dict[str, set[str]] = {}
+    for name, expr in rules.items():
+        for used in _names(expr):
+            users.setdefault(used, set()).add(name)
     productive: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, expr in rules.items():
-            if name not in productive and _derives(expr, productive, rules):
-                productive.add(name)
-                changed = True
-    reachable, todo = [], ["start"]
+    todo = list(rules)
     while todo:
         name = todo.pop()
-        if name in reachable or name not in rules:
+        if name not in productive and _derives(rules[name], productive, rules):
+            productive.add(name)
+            todo.extend(users.get(name, ()))
+    reachable, seen, todo = [], set(), ["start"]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in rules:
             continue
+        seen.add(name)
         reachable.append(name)
-        todo.extend(sorted(_names(rules[name]) - set(reachable)))
+        todo.extend(sorted(_names(rules[name]) - seen))
     return [name for name in reachable if name not in productive]
 
 
