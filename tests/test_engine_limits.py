@@ -92,6 +92,9 @@ def test_lark_rule_without_a_base_case(info):
         ('start: x? "b"\nx: "a" x', "x"),
         ('root ::= "a" root', "start"),  # GBNF, converted to Lark (root is start)
         ('start: item+\nitem: "(" item ")" | block\nblock: "{" block "}"', "block"),
+        ('start: a\na: "x" | b\nb: "y" b', "b"),
+        ('start: x ~ 2..3\nx: "a" x', "start"),  # a repetition needs its item
+        ('start: a // the only rule\n%ignore " "\na: "x" a', "start"),
     ],
 )
 def test_grammar_rules_that_never_end_are_refused(info, grammar, rule):
@@ -104,6 +107,9 @@ def test_grammar_rules_that_never_end_are_refused(info, grammar, rule):
     "grammar",
     [
         'start: "a" start | "b"',
+        "start: URL // a comment\nURL: /https?:\\/\\/[a-z]+/",
+        'start: a -> named\n?a: "q" start | "r"',
+        'start: "a".."z" start | "0"',
         'start: x+\nx: "a" | "(" x ")"',
         'start: x{0,3} "b"\nx: "a"',
         'start: TEXT\nTEXT: /(.|\\n)+/ & ~(/(.|\\n)*/ "<x>" /(.|\\n)*/)',
