@@ -10,9 +10,11 @@ calls in a row as two captures) says how to read it:
 - "call_json": a JSON envelope `{"name": N, "<args key>": A}` (hermes, llama3, mistral, phi4,
   generic, and the fenced / bare / array JSON calls small models write under auto): the arguments
   are A's JSON text as generated.
-- "call": the format's own text of one call (pythonic `fn(a=1)`, Qwen3-Coder `<function=f>...`),
-  converted by the format's `read` to JSON arguments (`json.dumps`, the templates' separators).
-- "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`).
+- "call": the format's own text of one call (pythonic `fn(a=1)`, also inside LFM2's markers;
+  Qwen3-Coder `<function=f>...`; GLM-4.5 `name\n<arg_key>...</tool_call>`), converted by the
+  format's `read` to JSON arguments (`json.dumps`, the templates' separators).
+- "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`,
+  Kimi K2's `functions.name:0<|tool_call_argument_begin|>{...}`).
 """
 
 from __future__ import annotations
