@@ -42,7 +42,7 @@ IDLE_CPU_MS = {1: 266.0, 2: 266.0, 4: 288.0, 8: 320.0, 16: 389.0, 32: 556.0}
 """Cycle time (ms) of a forward pass of w tokens after a 300-token prompt, idle 2-core CPU (issue 29;
 the measured 247 ms at w = 2 is raised to w = 1's: a wider pass is not cheaper)."""
 
-REPLAY_CASES = ("invoice", "order")
+REPLAY_CASES = ("invoice", "order", "fly_to")
 
 
 def pass_ms(width: int, table: dict = IDLE_CPU_MS) -> float:
@@ -185,19 +185,21 @@ def qwen_without_weights():
     return Model(None, Tokenizer(path, config), config, path, "qwen2.5-coder-0.5b-instruct")
 
 
-def drafters() -> dict:
-    """Drafter name -> a factory of a fresh drafter (one per generation)."""
+def drafters(model) -> dict:
+    """Drafter name -> a factory of a fresh drafter (one per generation) for `model`."""
     from runtime.speculative import PromptLookup
+    from runtime.value_lookup import ValueLookup
 
-    return {"prompt_lookup": PromptLookup}
+    return {"prompt_lookup": PromptLookup, "value_lookup": lambda: ValueLookup(model.tokenizer)}
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=",".join(REPLAY_CASES))
-    ap.add_argument("--drafters", default=",".join(drafters()))
+    ap.add_argument("--drafters", default="prompt_lookup,value_lookup")
     args = ap.parse_args(argv)
-    model, factories = qwen_without_weights(), drafters()
+    model = qwen_without_weights()
+    factories = drafters(model)
     out, rows = {}, []
     for name in args.cases.split(","):
         messages, schema, target = load_case(name)

@@ -88,9 +88,12 @@ class PromptLookup:
         for token in context[len(self.tokens) : -1]:
             self._extend(token)
 
-    def propose(self, context: list[int], n: int) -> list[int]:
-        if n < 1 or len(context) < 2:
-            return []
+    def match(self, context: list[int]) -> tuple[int, int]:
+        """(length, end): the longest suffix of `context` (at most max_ngram tokens) that occurred
+        earlier in it, and the index in `context` of the last token of its most recent earlier
+        occurrence; (0, -1) when even the last token is new or the match is under min_ngram."""
+        if len(context) < 2:
+            return 0, -1
         self._sync(context)
         # The longest suffix of the context occurring in context[:-1]: the longest suffix of
         # context[:-1] followed there by the last token, plus that token.
@@ -98,16 +101,21 @@ class PromptLookup:
         while p != -1 and token not in self.next[p]:
             p = self.link[p]
         if p == -1:
-            return []
+            return 0, -1
         match, state = self.length[p] + 1, self.next[p][token]
         if self.max_ngram is not None and match > self.max_ngram:
             while self.length[self.link[state]] >= self.max_ngram:  # the state holding that suffix
                 state = self.link[state]
             match = self.max_ngram
         if match < self.min_ngram:
+            return 0, -1
+        return match, self.last_end[state]
+
+    def propose(self, context: list[int], n: int) -> list[int]:
+        if n < 1:
             return []
-        end = self.last_end[state]
-        return context[end + 1 : end + 1 + n]
+        match, end = self.match(context)
+        return context[end + 1 : end + 1 + n] if match else []
 
 
 class DraftModel:
