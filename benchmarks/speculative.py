@@ -102,12 +102,12 @@ def step_split(model, messages, schema, max_tokens: int) -> dict:
     {name: ms}, steps, the draft lengths and feed widths per step, mask fills per draft position
     (ms, mean), the output's counters and validity."""
     from guided import ConstrainedSession, check_json
-    from runtime import PromptCache, PromptLookup
+    from runtime import PromptCache, make_drafter
     from runtime.sequence import Sequence
 
     session = ConstrainedSession(model, schema=schema)
     strategy = session.strategy()
-    drafter = PromptLookup()
+    drafter = make_drafter("prompt_lookup", model)
     prompt_ids = model.prompt_ids(messages)
     t = PartTimer()
     # `logprobs` calls `mask`: its own time is logprobs minus mask (subtracted below).

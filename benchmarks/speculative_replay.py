@@ -218,7 +218,8 @@ def main(argv=None) -> dict:
                         "yes" if r["identical"] else "**NO**",
                     ]
                 )
-    print(md_table(["case", "drafter", "policy", "tokens / passes", "tokens/pass", "accepted / drafted", "identical"], rows))
+    header = ["case", "drafter", "policy", "tokens / passes", "tokens/pass", "accepted / drafted", "identical"]
+    print(md_table(header, rows))
     return out
 
 

@@ -5,6 +5,8 @@
   (prompt lookup decoding, Saxena 2023, without its fixed n-gram; vLLM's `ngram` speculator;
   SuffixDecoding). No extra model; pays where the output copies its input (extraction, tool calls,
   code edits).
+- `runtime.value_lookup.ValueLookup` (`"prompt_lookup"`): `PromptLookup` with text-level drafts
+  where a JSON string value starts (a field label in the prompt, the value so far found in it).
 - `DraftModel`: a smaller model sharing the target's tokenizer decodes greedily ahead (as mlx-lm's
   `speculative_generate_step`), with its own KV cache kept in step with the accepted tokens.
 
@@ -156,14 +158,18 @@ class DraftModel:
 
 def make_drafter(speculative, model):
     """The drafter for a `speculative` option: None / False / "off" (no speculation),
-    "prompt_lookup", "draft" (the target's `model.draft`), or a `runtime.Model` to draft with.
+    "prompt_lookup" (`runtime.value_lookup.ValueLookup` with the model's tokenizer: prompt lookup
+    with text-level drafts at JSON string values), "draft" (the target's `model.draft`), or a
+    `runtime.Model` to draft with.
 
     Raises ValueError for an unknown option, a missing draft model, or a draft model whose
     vocabulary differs from the target's."""
     if speculative in (None, False, "off", "none"):
         return None
     if speculative == "prompt_lookup":
-        return PromptLookup()
+        from runtime.value_lookup import ValueLookup  # builds on PromptLookup above
+
+        return ValueLookup(model.tokenizer)
     if speculative == "draft":
         speculative = getattr(model, "draft", None)
         if speculative is None:

@@ -7,9 +7,10 @@ differently from its source (`"Margarethe` has no leading space, ` Margarethe` i
 no token-level match forms until two or three tokens into the value. This drafter looks at the text:
 
 - right after a key (`"customer_name`, the grammar's jump-forward tokens end there) or at an empty
-  value (`"customer_name":"`): the key's words as a label in the prompt (case-insensitive, `_`,
+  value (`"customer_name":"`): the key's words as a label in the prompt (not a quoted JSON key) (case-insensitive, `_`,
   `-` and camelCase as spaces: "Customer name: Adaeze Okonkwo"), preferring a label followed by a
-  colon, the last such; the draft is the separator, the rest of the label's line and the closing
+  colon, the last such (without a colon the value must not start in lower case: "IBAN DE89 ..."
+  is a label, "location is ..." a mention); the draft is the separator, the rest of the label's line and the closing
   `","` (the output's own separators when it has written one);
 - inside a value (`"customer":"Marg`): the value so far at a word start in the prompt, the first
   occurrence after the previous value's (extraction copies fields in the order of the text), else
@@ -115,10 +116,13 @@ class ValueLookup:
             words = [w for w in _WORD_SPLIT.split(key) if w]
             best = None  # (followed by a colon, value): a colon beats none, then the last wins
             if words:
-                label = r"(?<!\w)" + r"[ _\-]?".join(map(re.escape, words)) + r"(?!\w)"
+                # not inside a word, nor a quoted JSON key (the output's, a schema's in the prompt)
+                label = r'(?<![\w"])' + r"[ _\-]?".join(map(re.escape, words)) + r'(?![\w"])'
                 for m in re.finditer(label + r"[ \t]*(:?)[ \t]*([^\n]*)", self.source, re.IGNORECASE):
                     found = m.group(2).rstrip()
                     if found and (found[0].isalnum() or found[0] in _VALUE_START):
+                        if not m.group(1) and found[0].islower():  # "location is ...": a mention
+                            continue
                         if best is None or m.group(1) or not best[0]:
                             best = (bool(m.group(1)), found)
             self._labels[key] = best[1] if best else None

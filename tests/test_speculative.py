@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from guided import ConstrainedSession  # noqa: E402
-from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, make_drafter  # noqa: E402
+from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, ValueLookup, make_drafter  # noqa: E402
 from runtime.draft_cost import DraftCostModel  # noqa: E402
 
 INVOICE = (
@@ -55,7 +55,7 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
 
 def test_make_drafter_options(tiny_model):
     assert make_drafter(None, tiny_model) is None and make_drafter("off", tiny_model) is None
-    assert isinstance(make_drafter("prompt_lookup", tiny_model), PromptLookup)
+    assert isinstance(make_drafter("prompt_lookup", tiny_model), ValueLookup)
     with pytest.raises(ValueError, match="draft model"):
         make_drafter("draft", tiny_model)
     with pytest.raises(ValueError, match="speculative"):
