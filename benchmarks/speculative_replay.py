@@ -116,31 +116,40 @@ class AlwaysMax:
         pass
 
 
-def load_case(name: str) -> tuple[list[dict], dict, list[int]]:
-    """(messages, schema, stored greedy output token ids) of a case of benchmarks/results/speculative.json."""
+def load_case(name: str, guided: bool = True) -> tuple[list[dict], dict | None, list[int]]:
+    """(messages, schema or None, stored greedy output token ids) of a case of
+    benchmarks/results/speculative.json: the guided output (`jump_forward+spec`), or with
+    guided=False the unconstrained one (`unconstrained+spec`; the schema is then None).
+    Raises ValueError if the case has no stored output of that kind."""
     messages = json.loads((CASES / f"{name}.messages.json").read_text())
-    schema = json.loads((CASES / f"{name}.schema.json").read_text())
+    path = CASES / f"{name}.schema.json"
+    schema = json.loads(path.read_text()) if path.exists() else None
     report = json.loads((RESULTS / "speculative.json").read_text())
+    variant = "jump_forward+spec" if guided else "unconstrained+spec"
     for case in report["cases"]:
-        if case["schema"] == schema:
-            return messages, schema, case["median"]["jump_forward+spec"]["token_ids"]
-    raise ValueError(f"no stored output of case {name!r} in {RESULTS / 'speculative.json'}")
+        if case["schema"] == schema and variant in case["median"]:
+            return messages, schema if guided else None, case["median"][variant]["token_ids"]
+    raise ValueError(f"no stored {variant} output of case {name!r} in {RESULTS / 'speculative.json'}")
 
 
 def replay(model, messages, schema, target: list[int], drafter, policy: str = "cost", max_draft: int = 32) -> dict:
     """Replay the greedy generation of `target` (output token ids) with `drafter` under `policy`
-    ("oracle" or "cost"). `model`: a `runtime.Model` (its network is not used: None will do).
+    ("oracle" or "cost"), guided by `schema` (None: the unconstrained `SamplingStrategy`).
+    `model`: a `runtime.Model` (its network is not used: None will do).
     Returns {tokens, passes, tokens_per_pass, drafted, accepted, identical, draft_lengths}.
     Raises ValueError for an unknown policy."""
     from guided import ConstrainedSession
+    from runtime.sampling import SamplingStrategy
     from runtime.sequence import Sequence
 
     if policy not in ("oracle", "cost"):
         raise ValueError(f"policy must be 'oracle' or 'cost', got {policy!r}")
-    session = ConstrainedSession(model, schema=schema, max_draft=max_draft)
     prompt_ids = model.prompt_ids(messages)
     eos = min(model.tokenizer.eos_ids)
-    strategy = session.strategy()
+    if schema is None:
+        strategy = SamplingStrategy(max_draft=max_draft, padding_mask=model.padding_mask)
+    else:
+        strategy = ConstrainedSession(model, schema=schema, max_draft=max_draft).strategy()
     if policy == "oracle":
         drafter, strategy.costs = Oracle(drafter, len(prompt_ids), target), AlwaysMax(strategy.max_draft)
     lengths = []
@@ -197,12 +206,13 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=",".join(REPLAY_CASES))
     ap.add_argument("--drafters", default="prompt_lookup,value_lookup")
+    ap.add_argument("--unconstrained", action="store_true", help="replay the unconstrained outputs (story too)")
     args = ap.parse_args(argv)
     model = qwen_without_weights()
     factories = drafters(model)
     out, rows = {}, []
     for name in args.cases.split(","):
-        messages, schema, target = load_case(name)
+        messages, schema, target = load_case(name, guided=not args.unconstrained)
         for drafter in args.drafters.split(","):
             for policy in ("oracle", "cost"):
                 r = replay(model, messages, schema, target, factories[drafter](), policy)
