@@ -79,7 +79,7 @@ class ValueLookup:
     def _in_value(self, context: list[int], tail: str, value: re.Match, n: int) -> list[int] | None:
         key, partial = value.group(1), value.group(2)
         if not partial:
-            m, head = self._covering(context, len(tail) - value.end(1) - 1)
+            m, head = self._covering(context, len(tail) - value.end(1))
             if head == tail[value.end(1) :]:  # the separator's own tokens, e.g. ['":', '"'] or ['":"']
                 self.separator = context[-m:]
             found = self._label(key)
