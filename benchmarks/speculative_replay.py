@@ -21,8 +21,12 @@ The stored outputs are the `jump_forward+spec` token ids of benchmarks/results/s
 
     python -m benchmarks.speculative_replay                          # every drafter, both policies
     python -m benchmarks.speculative_replay --drafters prompt_lookup --cases invoice
+    python -m benchmarks.speculative_replay --unconstrained --cases invoice,order,fly_to,story
+    python -m benchmarks.speculative_replay --real      # real guided generations (the weights)
 
-Loads only the Qwen tokenizer and config (no weights). Prints a table, returns the figures.
+Loads only the Qwen tokenizer and config (no weights) unless --real: then each case is generated
+without speculation and with each drafter (greedy; tokens per pass, acceptance, identical output).
+Prints a table and writes benchmarks/results/speculative_replay[_real][_unconstrained].{json,md}.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 import mlx.core as mx
 import numpy as np
 
-from benchmarks.guided import CASES, RESULTS
+from benchmarks.guided import CASES, RESULTS, save_report
 from conformance.common import md_table
 
 IDLE_CPU_MS = {1: 266.0, 2: 266.0, 4: 288.0, 8: 320.0, 16: 389.0, 32: 556.0}
@@ -202,20 +206,56 @@ def drafters(model) -> dict:
     return {"prompt_lookup": PromptLookup, "value_lookup": lambda: ValueLookup(model.tokenizer)}
 
 
+def real_run(model, messages, schema, max_tokens: int, drafter) -> dict:
+    """One real greedy guided generation (`model` with its weights) with `drafter` (None: no
+    speculation), through `runtime.stream_tokens` and the session's strategy. Returns the counters
+    (no timing: tokens per pass and acceptance do not depend on the machine's load but through the
+    cost model's choices) and the output token ids."""
+    from guided import ConstrainedSession
+    from runtime import stream_tokens
+
+    session = ConstrainedSession(model, schema=schema)
+    ids = model.prompt_ids(messages)
+    stream = stream_tokens(
+        model.network, model.tokenizer, ids, session.strategy(), max_tokens=max_tokens, drafter=drafter
+    )
+    result = [d for d in stream][-1].result
+    return dict(
+        tokens=len(result.token_ids),
+        passes=result.forward_passes,
+        tokens_per_pass=result.tokens_per_pass,
+        drafted=result.drafted_tokens,
+        accepted=result.accepted_tokens,
+        token_ids=result.token_ids,
+    )
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=",".join(REPLAY_CASES))
     ap.add_argument("--drafters", default="prompt_lookup,value_lookup")
     ap.add_argument("--unconstrained", action="store_true", help="replay the unconstrained outputs (story too)")
+    ap.add_argument("--real", action="store_true", help="real guided generations instead (loads the weights)")
     args = ap.parse_args(argv)
-    model = qwen_without_weights()
+    if args.real:
+        from benchmarks.guided import SPECULATIVE_CASES, _qwen
+
+        model = _qwen()
+    else:
+        model = qwen_without_weights()
     factories = drafters(model)
     out, rows = {}, []
     for name in args.cases.split(","):
         messages, schema, target = load_case(name, guided=not args.unconstrained)
+        if args.real:
+            target = real_run(model, messages, schema, SPECULATIVE_CASES[name], None)["token_ids"]
         for drafter in args.drafters.split(","):
-            for policy in ("oracle", "cost"):
-                r = replay(model, messages, schema, target, factories[drafter](), policy)
+            for policy in ("real",) if args.real else ("oracle", "cost"):
+                if args.real:
+                    r = real_run(model, messages, schema, SPECULATIVE_CASES[name], factories[drafter]())
+                    r["identical"] = r.pop("token_ids") == target
+                else:
+                    r = replay(model, messages, schema, target, factories[drafter](), policy)
                 out[f"{name}/{drafter}/{policy}"] = r
                 rows.append(
                     [
@@ -229,7 +269,10 @@ def main(argv=None) -> dict:
                     ]
                 )
     header = ["case", "drafter", "policy", "tokens / passes", "tokens/pass", "accepted / drafted", "identical"]
-    print(md_table(header, rows))
+    text = md_table(header, rows)
+    print(text)
+    tag = ("_real" if args.real else "") + ("_unconstrained" if args.unconstrained else "")
+    save_report(RESULTS / f"speculative_replay{tag}.json", out, text)
     return out
 
 
