@@ -7,11 +7,13 @@ differently from its source (`"Margarethe` has no leading space, ` Margarethe` i
 no token-level match forms until two or three tokens into the value. This drafter looks at the text:
 
 - right after a key (`"customer_name`, the grammar's jump-forward tokens end there) or at an empty
-  value (`"customer_name":"`): the key's words as a label in the prompt (not a quoted JSON key) (case-insensitive, `_`,
-  `-` and camelCase as spaces: "Customer name: Adaeze Okonkwo"), preferring a label followed by a
-  colon, the last such (without a colon the value must not start in lower case: "IBAN DE89 ..."
-  is a label, "location is ..." a mention); the draft is the separator, the rest of the label's line and the closing
-  `","` (the output's own separators when it has written one);
+  value (`"customer_name":"`): the key's words as a label in the prompt (case-insensitive; `_`, `-`
+  and camelCase as spaces; not a quoted JSON key): "Customer name: Adaeze Okonkwo". A label with a
+  colon beats one without, then the last wins; without a colon the value must not start in lower
+  case ("IBAN DE89 ..." is a label, "location is ..." a mention). The draft is the separator, the
+  rest of the label's line and the closing `","` (the output's own separators once it wrote them);
+- right after a key with no label: the separator tokens the output wrote after its last key (the
+  model's own split, `":` `"` or `":"`, learnt at the last empty value);
 - inside a value (`"customer":"Marg`): the value so far at a word start in the prompt, the first
   occurrence after the previous value's (extraction copies fields in the order of the text), else
   the last one; the draft is the rest of that line (closed as above where the line ends);
