@@ -175,11 +175,12 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         accepted = 0
         try:
             for _ in range(self.CHAIN_LINKS - 1):
-                if len(draft) >= self.max_draft or not self.matcher.accept_tokens(draft[accepted:]):
+                if not self.matcher.accept_tokens(draft[accepted:]):  # validated: cannot fail
                     break
                 accepted = len(draft)
                 forced = [] if self.matcher.is_terminated() else self.matcher.jump_forward_tokens()
-                more = self.drafter.propose(self.context + draft + forced, self.max_draft) if forced else []
+                room = self.max_draft - len(draft) - len(forced)
+                more = self.drafter.propose(self.context + draft + forced, room) if forced and room > 0 else []
                 if not more:
                     break
                 extension = forced + more
@@ -189,7 +190,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
                     break
         finally:
             self.matcher.rollback(accepted)
-        return draft[: self.max_draft]
+        return draft
 
     def advance(self, accepted: list[int], token: int) -> Step:
         if not self.gate.answering and (gated := self.gate.advance(accepted, token)) is not None:
