@@ -44,22 +44,27 @@ OUTCOMES = ("right", "no_call", "invalid", "wrong", "rejected")
 SERVERS = ("coreai", "mlx_lm")
 
 
-def reused_answers(path: Path, servers: list[str], entries: dict, settings: dict) -> dict:
-    """{category: {server: [answers]}} of `servers` from an earlier results file, for the questions of
-    `entries` ({category: [entry]}), in their order, scored again by today's checker (from the stored
-    calls and content). Raises ValueError when the file was run with other `settings` (model,
-    max_tokens) or lacks an answer."""
-    stored = json.loads(path.read_text())
-    for key, value in settings.items():
-        if stored.get(key) != value:
-            raise ValueError(f"{path} was run with {key}={stored.get(key)!r}, this run uses {value!r}")
+def reused_answers(paths: list[Path], servers: list[str], entries: dict, settings: dict) -> dict:
+    """{category: {server: [answers]}} of `servers` from earlier results files (the first file that
+    holds an answer gives it), for the questions of `entries` ({category: [entry]}), in their order,
+    scored again by today's checker (from the stored calls and content). Raises ValueError when a
+    file was run with other `settings` (model, max_tokens) or no file holds an answer."""
+    stored = []
+    for path in paths:
+        report = json.loads(path.read_text())
+        for key, value in settings.items():
+            if report.get(key) != value:
+                raise ValueError(f"{path} was run with {key}={report.get(key)!r}, this run uses {value!r}")
+        stored.append(report["results"])
     answers = {}
     for category, chosen in entries.items():
         for server in servers:
-            by_id = {r["id"]: r for r in stored["results"].get(category, {}).get(server, [])}
+            by_id = {}
+            for results in reversed(stored):  # the first file wins
+                by_id.update({r["id"]: r for r in results.get(category, {}).get(server, [])})
             missing = [e["id"] for e in chosen if e["id"] not in by_id]
             if missing:
-                raise ValueError(f"{path} has no {server} answer to {', '.join(missing[:3])} ({len(missing)} missing)")
+                raise ValueError(f"no {server} answer to {', '.join(missing[:3])} ({len(missing)} missing)")
             rescored = []
             for entry in chosen:
                 r = by_id[entry["id"]]
@@ -163,17 +168,25 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=400, help="per reply (BFCL's parallel calls need ~200)")
     parser.add_argument("--data", type=Path, default=DATA, help="the BFCL data folder (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bfcl.json")
-    parser.add_argument("--servers", default=",".join(SERVERS), help="comma-separated servers to run (default both)")
     parser.add_argument(
-        "--reuse", type=Path, help="an earlier results file: the answers of the servers not run are taken from it"
+        "--servers", default=",".join(SERVERS), help="comma-separated servers to run (default both; '' with --reuse)"
+    )
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier results file (repeatable): the answers of the servers not run are taken from it",
     )
     args = parser.parse_args(argv)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()]
     run = [s.strip() for s in args.servers.split(",") if s.strip()]
-    if not run or any(s not in SERVERS for s in run):
-        parser.error(f"--servers: comma-separated, of {', '.join(SERVERS)}; got {args.servers!r}")
-    if args.reuse is not None and not args.reuse.is_file():
-        parser.error(f"--reuse: no file {args.reuse}")
+    if (not run and not args.reuse) or any(s not in SERVERS for s in run):
+        parser.error(
+            f"--servers: comma-separated, of {', '.join(SERVERS)} (none only with --reuse); got {args.servers!r}"
+        )
+    if missing := [str(f) for f in args.reuse if not f.is_file()]:
+        parser.error(f"--reuse: no file {missing[0]}")
     if not args.data.is_dir():
         parser.error(f"no BFCL data at {args.data} (set $COREAI_SHARED_DATA or --data)")
     try:
@@ -185,10 +198,10 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     settings = {"model": args.model, "max_tokens": args.max_tokens}
     results = {c: {s: [] for s in SERVERS if s in run} for c in categories}
-    reused = {}
-    if args.reuse is not None:
+    reused, reused_servers = {}, [s for s in SERVERS if s not in run]
+    if args.reuse:
         try:
-            reused = reused_answers(args.reuse, [s for s in SERVERS if s not in run], entries, settings)
+            reused = reused_answers(args.reuse, reused_servers, entries, settings)
         except ValueError as e:
             parser.error(f"--reuse: {e}")
         for category, answers in reused.items():
@@ -201,7 +214,7 @@ def main(argv=None) -> int:
         "sample": "full" if args.full else f"{args.per_category} per category, evenly spaced",
         "commit": commit,
         "servers_run": run,
-        "reused": {"from": str(args.reuse), "servers": [s for s in SERVERS if s not in run]} if reused else None,
+        "reused": {"from": [str(f) for f in args.reuse], "servers": reused_servers} if reused else None,
         "load_average_before": os.getloadavg(),
         "complete": False,
         "results": results,
