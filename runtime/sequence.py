@@ -190,7 +190,8 @@ class Sequence:
         result, when the sequence finished), or None when there is nothing to stream. The last
         `Step.hold` tokens wait (the strategy may still roll them back). Token by token, so a stop
         string ends the output at the token that completes it, also when one step appended several
-        (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop"."""
+        (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop". Stop strings are
+        matched on content tokens only (`_add_text`)."""
         release = len(self.held) if self.finish is not None else max(0, len(self.held) - self.step.hold)
         base = len(self.out) - len(self.held)  # the output index of the first held token
         emitted, self.held = self.held[:release], self.held[release:]
