@@ -5,6 +5,11 @@ model, both subprocesses on loopback, asked the same questions with the official
 `benchmarks.bfcl_check` (BFCL's AST rules).
 
     python -m benchmarks.bfcl [--per-category 12] [--full] [--categories simple_python,multiple,parallel]
+                              [--servers coreai,mlx_lm] [--reuse RESULTS.json]
+
+`--servers coreai` runs one server only (the default runs both); `--reuse` takes the answers of the
+servers not run from an earlier results file (same model, max_tokens and questions): mlx_lm.server's
+greedy answers are deterministic, so they need not be asked again while coreai changes.
 
 Per category and server: accuracy (right answers / questions), no-call rate (no tool call where one
 was due; `in text`: how many of those replies hold something that looks like a call in `content`;
@@ -19,6 +24,7 @@ spaced through each category's file (`--full`: all of them). Data: $COREAI_SHARE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -35,6 +41,39 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("COREAI_SHARED_DATA") or ROOT.parent / "shared" / "data") / "bfcl"
 DEFAULT_CATEGORIES = "simple_python,multiple,parallel"
 OUTCOMES = ("right", "no_call", "invalid", "wrong", "rejected")
+SERVERS = ("coreai", "mlx_lm")
+
+
+def reused_answers(paths: list[Path], servers: list[str], entries: dict, settings: dict) -> dict:
+    """{category: {server: [answers]}} of `servers` from earlier results files (the first file that
+    holds an answer gives it), for the questions of `entries` ({category: [entry]}), in their order,
+    scored again by today's checker (from the stored calls and content). Raises ValueError when a
+    file was run with other `settings` (model, max_tokens) or no file holds an answer."""
+    stored = []
+    for path in paths:
+        report = json.loads(path.read_text())
+        for key, value in settings.items():
+            if report.get(key) != value:
+                raise ValueError(f"{path} was run with {key}={report.get(key)!r}, this run uses {value!r}")
+        stored.append(report["results"])
+    answers = {}
+    for category, chosen in entries.items():
+        for server in servers:
+            by_id = {}
+            for results in reversed(stored):  # the first file wins
+                by_id.update({r["id"]: r for r in results.get(category, {}).get(server, [])})
+            missing = [e["id"] for e in chosen if e["id"] not in by_id]
+            if missing:
+                raise ValueError(f"no {server} answer to {', '.join(missing[:3])} ({len(missing)} missing)")
+            rescored = []
+            for entry in chosen:
+                r = by_id[entry["id"]]
+                if r["outcome"] != "rejected":
+                    calls = [(c["name"], c["arguments"]) for c in r.get("tool_calls", [])]
+                    r = {**r, **score_reply(entry, calls, r.get("content") or None)}
+                rescored.append(r)
+            answers.setdefault(category, {})[server] = rescored
+    return answers
 
 
 def sample(entries: list, n: int | None) -> list:
@@ -129,8 +168,25 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=400, help="per reply (BFCL's parallel calls need ~200)")
     parser.add_argument("--data", type=Path, default=DATA, help="the BFCL data folder (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bfcl.json")
+    parser.add_argument(
+        "--servers", default=",".join(SERVERS), help="comma-separated servers to run (default both; '' with --reuse)"
+    )
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier results file (repeatable): the answers of the servers not run are taken from it",
+    )
     args = parser.parse_args(argv)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()]
+    run = [s.strip() for s in args.servers.split(",") if s.strip()]
+    if (not run and not args.reuse) or any(s not in SERVERS for s in run):
+        parser.error(
+            f"--servers: comma-separated, of {', '.join(SERVERS)} (none only with --reuse); got {args.servers!r}"
+        )
+    if missing := [str(f) for f in args.reuse if not f.is_file()]:
+        parser.error(f"--reuse: no file {missing[0]}")
     if not args.data.is_dir():
         parser.error(f"no BFCL data at {args.data} (set $COREAI_SHARED_DATA or --data)")
     try:
@@ -140,46 +196,58 @@ def main(argv=None) -> int:
 
     folder = store.ensure(args.model) if not Path(args.model).is_dir() else Path(args.model)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    results = {c: {"coreai": [], "mlx_lm": []} for c in categories}
+    settings = {"model": args.model, "max_tokens": args.max_tokens}
+    results = {c: {s: [] for s in SERVERS if s in run} for c in categories}
+    reused, reused_servers = {}, [s for s in SERVERS if s not in run]
+    if args.reuse:
+        try:
+            reused = reused_answers(args.reuse, reused_servers, entries, settings)
+        except ValueError as e:
+            parser.error(f"--reuse: {e}")
+        for category, answers in reused.items():
+            results[category].update(answers)
     report = {
-        "model": args.model,
+        **settings,
         "dtype": "float32",
         "tool_choice": "auto",
         "temperature": 0,
-        "max_tokens": args.max_tokens,
         "sample": "full" if args.full else f"{args.per_category} per category, evenly spaced",
         "commit": commit,
+        "servers_run": run,
+        "reused": {"from": [str(f) for f in args.reuse], "servers": reused_servers} if reused else None,
         "load_average_before": os.getloadavg(),
         "complete": False,
         "results": results,
     }
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        f32 = _float32_copy(folder, Path(tmp) / "f32")
-        coreai_args = ["serve", str(folder), "--port", "{port}", "--dtype", "float32"]
-        mlx_args = ["--model", str(f32), "--port", "{port}", "--temp", "0", "--max-tokens", str(args.max_tokens)]
-        with _Server(CODE_COREAI, coreai_args) as ours, _Server(CODE_MLX_LM, mlx_args) as theirs:
-            import httpx
-            import openai
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        import httpx
+        import openai
 
+        servers = {}
+        if "coreai" in run:
+            ours = stack.enter_context(
+                _Server(CODE_COREAI, ["serve", str(folder), "--port", "{port}", "--dtype", "float32"])
+            )
             name = httpx.get(ours.base + "/v1/models").json()["data"][0]["id"]
-            servers = {
-                "coreai": (openai.OpenAI(base_url=ours.base + "/v1", api_key="-", max_retries=0, timeout=900), name),
-                "mlx_lm": (
-                    openai.OpenAI(base_url=theirs.base + "/v1", api_key="-", max_retries=0, timeout=900),
-                    "default_model",
-                ),
-            }
-            for category, chosen in entries.items():
-                for entry in chosen:
-                    # One server then the other per question, so a change of load hits both alike.
-                    for server, (client, model) in servers.items():
-                        r = ask(client, model, entry, args.max_tokens)
-                        results[category][server].append({"id": entry["id"], **r})
-                        tokens = r.get("completion_tokens")
-                        print(f"{entry['id']:24s} {server:7s} {r['outcome']:8s} {r['seconds']:6.1f} s {tokens} tokens")
-                        # Written after every answer, so a stopped run leaves what it measured.
-                        write(report, args.out, time.perf_counter() - started)
+            client = openai.OpenAI(base_url=ours.base + "/v1", api_key="-", max_retries=0, timeout=900)
+            servers["coreai"] = (client, name)
+        if "mlx_lm" in run:
+            f32 = _float32_copy(folder, Path(tmp) / "f32")
+            mlx_args = ["--model", str(f32), "--port", "{port}", "--temp", "0", "--max-tokens", str(args.max_tokens)]
+            theirs = stack.enter_context(_Server(CODE_MLX_LM, mlx_args))
+            client = openai.OpenAI(base_url=theirs.base + "/v1", api_key="-", max_retries=0, timeout=900)
+            servers["mlx_lm"] = (client, "default_model")
+        for category, chosen in entries.items():
+            for entry in chosen:
+                # One server then the other per question, so a change of load hits both alike.
+                for server, (client, model) in servers.items():
+                    r = ask(client, model, entry, args.max_tokens)
+                    results[category][server].append({"id": entry["id"], **r})
+                    tokens = r.get("completion_tokens")
+                    print(f"{entry['id']:24s} {server:7s} {r['outcome']:8s} {r['seconds']:6.1f} s {tokens} tokens")
+                    # Written after every answer, so a stopped run leaves what it measured.
+                    write(report, args.out, time.perf_counter() - started)
     report["complete"] = True
     write(report, args.out, time.perf_counter() - started)
     print()

@@ -91,10 +91,13 @@ class ToolFormat:
 
 def json_text_forms(p: Pieces, bare: bool) -> tuple[list[str], str, list[tuple[str, int]]]:
     """The JSON calls small models write under auto instead of their markup: fenced blocks separated
-    by blank lines, a (fenced) JSON array of calls, bare objects on separate lines (`bare`); one call
-    unless parallel. Returns (start options, Lark rules, triggers with the offset of the first call)."""
+    by blank lines, each with a call per line, a (fenced) JSON array of calls, bare objects on
+    separate lines (`bare`); one call unless parallel. Returns (start options, Lark rules, triggers
+    with the offset of the first call)."""
     rules = (
-        f'fenced: "```json\\n" call_json "\\n```"\nfenced_calls: fenced{p.more("NL fenced")}\n'
+        # A call per line inside one fence: the 0.5B model's first choice after its first call
+        # (docs/bfcl.md). `NL` before another call, `\n```` to close: one lexer lookahead tells them apart.
+        f'fenced: "```json\\n" call_json{p.more("NL call_json")} "\\n```"\nfenced_calls: fenced{p.more("NL fenced")}\n'
         f"array: AOPEN call_json{p.more('ASEP call_json')} ACLOSE\n"
         f'fenced_array: FOPEN call_json{p.more("ASEP call_json")} ACLOSE "\\n```"\n'
         # The fence and the bracket are one lexeme: free text dies at the call's `{`, and the lexer

@@ -190,7 +190,8 @@ class Sequence:
         result, when the sequence finished), or None when there is nothing to stream. The last
         `Step.hold` tokens wait (the strategy may still roll them back). Token by token, so a stop
         string ends the output at the token that completes it, also when one step appended several
-        (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop"."""
+        (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop". Stop strings are
+        matched on content tokens only (`_add_text`)."""
         release = len(self.held) if self.finish is not None else max(0, len(self.held) - self.step.hold)
         base = len(self.out) - len(self.held)  # the output index of the first held token
         emitted, self.held = self.held[:release], self.held[release:]
@@ -199,11 +200,9 @@ class Sequence:
         label = self.labels[base - 1] if base else None
         for i, entry in enumerate(emitted):
             self.detok.add_token(entry[0])
-            segment = self.detok.last_segment
-            piece, hit = self.stops.feed(segment)
             label = self.labels[base + i]
-            _add_part(parts, label, piece)
-            streamed += self._stream_tokens(entry, len(piece), hit)
+            chars, hit = self._add_text(parts, label, self.detok.last_segment)
+            streamed += self._stream_tokens(entry, chars, hit)
             if hit:
                 self.finish, self.stop_string = "stop", hit
                 cut = len(self.out) - (len(emitted) - i - 1) - len(self.held)
@@ -213,11 +212,12 @@ class Sequence:
         else:
             if self.finish is not None:
                 self.detok.finalize()
-                segment = self.detok.last_segment
-                piece, hit = self.stops.feed(segment)
-                piece = piece if hit else piece + self.stops.flush()
-                _add_part(parts, label, piece)
-                streamed += self._stream_tokens(None, len(piece), hit)
+                chars, hit = self._add_text(parts, label, self.detok.last_segment)
+                if not hit:  # the end: content held back as a possible stop string's start is out
+                    rest = self.stops.flush()
+                    _add_part(parts, None, rest)
+                    chars += len(rest)
+                streamed += self._stream_tokens(None, chars, hit)
                 if hit:
                     self.finish, self.stop_string = "stop", hit
         for part in parts:
@@ -227,6 +227,21 @@ class Sequence:
         if self.finish is not None:
             return Delta(text, ids, logprobs, self.finish, self.result(), parts)
         return Delta(text, ids, logprobs, parts=parts) if text or ids else None
+
+    def _add_text(self, parts: list, label: str | None, segment: str) -> tuple[int, str | None]:
+        """Add `segment`, the text of a token labelled `label` (`Step.channels`), to `parts` through
+        the stop strings: they apply to content (label None) only, never to a tool call or its
+        markup, whose end the grammar decides (a stop string inside a call's arguments would cut a
+        constrained call). Content held back as a possible stop string's start is released when a
+        labelled token comes. Returns (characters added, the stop string hit or None)."""
+        if label is None:
+            piece, hit = self.stops.feed(segment)
+            _add_part(parts, None, piece)
+            return len(piece), hit
+        held = self.stops.flush()
+        _add_part(parts, None, held)
+        _add_part(parts, label, segment)
+        return len(held) + len(segment), None
 
     def _stream_tokens(self, entry, out_chars: int, hit: bool) -> list:
         """The tokens to report now (`Delta.token_ids`, logprobs): a token is reported iff all of its

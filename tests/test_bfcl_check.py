@@ -310,3 +310,31 @@ def test_benchmark_sample_and_summary():
     assert "| parallel | coreai | 8 | 38% (3) | 25% (2; 2 in text, 1 right) | 12% (1) | 1 | 1 | 3.5 |" in table(
         {"parallel": {"coreai": s}}
     )
+
+
+@needs_data
+def test_reused_answers_are_scored_again_and_must_all_be_there(tmp_path):
+    """`--reuse`: the stored answers of a server not run, in the run's order, scored by today's
+    checker (a stale stored outcome does not survive); another model or a missing answer is an error."""
+    from benchmarks.bfcl import reused_answers, sample
+
+    entries = {"simple_python": sample(load_category(BFCL, "simple_python"), 2)}
+    first, second = entries["simple_python"]
+    [answer] = first["answers"]
+    name, values = next(iter(answer.items()))
+    tools, names = to_openai_tools(first["functions"])
+    tool = {bfcl: n for n, bfcl in names.items()}[name]
+    args = {k: v[0] for k, v in values.items() if v and v[0] != ""}
+    stored = [
+        {"id": second["id"], "outcome": "right", "tool_calls": [], "content": "no call", "seconds": 1.0},
+        {"id": first["id"], "outcome": "wrong", "tool_calls": [{"name": tool, "arguments": json.dumps(args)}]},
+    ]
+    settings = {"model": "m", "max_tokens": 400}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({**settings, "results": {"simple_python": {"mlx_lm": stored}}}))
+    got = reused_answers([path], ["mlx_lm"], entries, settings)["simple_python"]["mlx_lm"]
+    assert [(r["id"], r["outcome"]) for r in got] == [(first["id"], "right"), (second["id"], "no_call")]
+    with pytest.raises(ValueError, match="max_tokens"):
+        reused_answers([path], ["mlx_lm"], entries, {**settings, "max_tokens": 100})
+    with pytest.raises(ValueError, match="no coreai answer"):
+        reused_answers([path], ["coreai"], entries, settings)

@@ -177,3 +177,60 @@ def test_tool_shapes():
     for bad in (lambda x: x, {"type": "function", "function": {"name": "a b"}}, {"type": "function", "name": "x" * 65}):
         with pytest.raises(ValueError, match="name"):
             make_tool(bad)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_strings_apply_to_content_never_inside_a_call(tiny_model, stream):
+    """Under auto a stop string is for the text answer: one that occurs inside a call's JSON (here
+    `"name"`, in every call's envelope) does not cut it. The bias makes the random network open a
+    call at once and end after it."""
+    hf = tiny_model.tokenizer.hf
+    bias = {hf.convert_tokens_to_ids("<tool_call>"): 100.0} | {e: 6.0 for e in tiny_model.tokenizer.eos_ids}
+    session = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="auto", parallel_tool_calls=False)
+    kwargs = dict(max_tokens=80, logit_bias=bias, stop=['"name"', "unit"])
+    result = _stream(session, **kwargs)[1] if stream else session.generate(USER, **kwargs)
+    assert result.valid, result.errors
+    assert result.finish_reason == "stop" and result.stop_string is None
+    assert [c.name for c in result.tool_calls] == ["set_unit"] and result.content is None
+    assert '"name"' in result.text  # the call's text is whole
+
+
+def test_stop_strings_still_cut_content_under_tools(tiny_model):
+    """The text answer is still cut at a stop string (here forced by a bias: "Hello" again and again)."""
+    hello = tiny_model.tokenizer.encode("Hello", add_special_tokens=False)[0]
+    session = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="none")
+    result = session.generate(USER, max_tokens=12, logit_bias={hello: 100.0}, stop=["lloHe"])
+    assert result.finish_reason == "stop" and result.stop_string == "lloHe"
+    assert result.text == "He" and result.tool_calls == []
+
+
+def test_stop_strings_do_not_cut_calls_through_the_server(tiny_model):
+    """The same through the server with the official `openai` client, whole and streamed: the call
+    comes back in `tool_calls` (finish_reason `tool_calls`), not cut by a stop string inside it."""
+    import openai
+
+    from coreai.server import ServerConfig
+    from coreai.server.background import serve_in_thread
+
+    hf = tiny_model.tokenizer.hf
+    bias = {str(hf.convert_tokens_to_ids("<tool_call>")): 100} | {str(e): 6 for e in tiny_model.tokenizer.eos_ids}
+    request = dict(
+        model="tiny",
+        messages=USER,
+        tools=[UNIT],
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        stop=['"name"', "unit"],
+        logit_bias=bias,
+        max_tokens=80,
+    )
+    with serve_in_thread(tiny_model, ServerConfig(model_name="tiny", temperature=0.0)) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="-", max_retries=0)
+        whole = client.chat.completions.create(**request).choices[0]
+        chunks = [c for c in client.chat.completions.create(**request, stream=True) if c.choices]
+    assert whole.finish_reason == "tool_calls" and whole.message.content is None
+    [call] = whole.message.tool_calls
+    assert call.function.name == "set_unit" and json.loads(call.function.arguments)["unit"] in ("celsius", "fahrenheit")
+    streamed = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert "".join(tc.function.arguments or "" for tc in streamed) == call.function.arguments
