@@ -47,7 +47,8 @@ class ConstrainedSession:
         of `guided.tool_formats.FORMATS`: "hermes", "llama3", "mistral", "mistral_names", "phi4",
         "pythonic", "qwen3_coder", "generic"). The result has `tool_calls` and `content`.
 
-    Options: any_whitespace (False), strict (True), lenient (False): see `guided.spec`.
+    Options: whitespace (None: `guided.spec.DEFAULT_WHITESPACE`, "pretty"; "compact", "any"; the
+    older any_whitespace=True/False means "any"/"compact"), strict (True), lenient (False): see `guided.spec`.
     jump_forward (True): append grammar-forced tokens without sampling.
     speculative (None): the default for `stream`/`generate`: "prompt_lookup", "draft" (the model's
         `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
@@ -88,7 +89,8 @@ class ConstrainedSession:
         tool_choice=None,
         parallel_tool_calls: bool = True,
         tool_format: str | None = None,
-        any_whitespace: bool = False,
+        whitespace: str | None = None,
+        any_whitespace: bool | None = None,
         strict: bool = True,
         lenient: bool = False,
         jump_forward: bool = True,
@@ -121,6 +123,7 @@ class ConstrainedSession:
             regex=regex,
             choices=choices,
             grammar=grammar,
+            whitespace=whitespace,
             any_whitespace=any_whitespace,
             strict=strict,
             lenient=lenient,
