@@ -63,10 +63,11 @@ def test_local_refs():
 
 
 def test_lenient_form_keeps_the_options():
-    spec = make_spec(schema={"type": "array", "uniqueItems": True}, any_whitespace=True, strict=False)
+    spec = make_spec(schema={"type": "array", "uniqueItems": True}, whitespace="any", strict=False)
     lenient = spec.as_lenient()
     assert lenient.lenient and lenient.schema == spec.schema
-    assert lenient.options == {"any_whitespace": True, "strict": False, "lenient": True}
+    assert lenient.options == {"whitespace": "any", "strict": False, "lenient": True}
+    assert make_spec(schema={"type": "array", "uniqueItems": True}).as_lenient().options["whitespace"] == "pretty"
     assert lenient.as_lenient() is lenient
     with pytest.raises(ValueError, match="no lenient form"):
         make_spec(regex="a+").as_lenient()
