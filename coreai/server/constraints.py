@@ -39,12 +39,15 @@ class Constraint:
 class Constraints:
     """Builds `Constraint`s for one model. `tokenizer` is the grammar engine's view of the model's
     tokenizer, or None when the engine cannot use it (then every constrained request is a 400).
-    `cache`: the compiled grammars of this server (its own, not the process-wide default)."""
+    `cache`: the compiled grammars of this server (its own, not the process-wide default).
+    `whitespace`: the JSON layout of `response_format` / `structured_outputs.json` answers
+    (`guided.spec.WHITESPACES`; None: the session's default); tool calls keep their format's own."""
 
-    def __init__(self, model: Model, tokenizer: TokenizerInfo | None, cache: GrammarCache):
+    def __init__(self, model: Model, tokenizer: TokenizerInfo | None, cache: GrammarCache, whitespace=None):
         self.model = model
         self.tokenizer = tokenizer
         self.cache = cache
+        self.whitespace = whitespace
 
     def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
@@ -63,20 +66,26 @@ class Constraints:
         if req.structured_outputs is not None and response_format is not None and response_format.type != "text":
             raise bad_request("give either response_format or structured_outputs, not both", "structured_outputs")
         if isinstance(response_format, JsonObjectFormat):
-            return Constraint(self._session("response_format", req, json_object=True))
+            return Constraint(self._session("response_format", req, json_object=True, whitespace=self.whitespace))
         if isinstance(response_format, JsonSchemaFormat):
             spec = response_format.json_schema
             # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
             return Constraint(
                 self._session(
-                    "response_format.json_schema.schema", req, schema=spec.schema_, strict=spec.strict is not False
+                    "response_format.json_schema.schema",
+                    req,
+                    schema=spec.schema_,
+                    strict=spec.strict is not False,
+                    whitespace=self.whitespace,
                 )
             )
         so = req.structured_outputs
         if so is None:
             return None
         if so.json_ is not None:
-            return Constraint(self._session("structured_outputs.json", req, schema=so.json_))
+            return Constraint(
+                self._session("structured_outputs.json", req, schema=so.json_, whitespace=self.whitespace)
+            )
         if so.regex is not None:
             return Constraint(self._session("structured_outputs.regex", req, regex=so.regex))
         if so.choice is not None:
