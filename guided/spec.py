@@ -88,7 +88,8 @@ class GrammarSpec:
             raise ValueError(f"a {self.kind} grammar has no lenient form")
         if self.lenient:
             return self
-        ws = self.options.get("whitespace", DEFAULT_WHITESPACE)
+        # a spec from an older grammar journal has `any_whitespace` in its options
+        ws = resolve_whitespace(self.options.get("whitespace"), self.options.get("any_whitespace"))
         strict = bool(self.options.get("strict", True))
         return json_spec(json.dumps(self.schema, ensure_ascii=False), self.kind, ws, strict, True)
 
