@@ -145,8 +145,9 @@ WHITESPACE_PATTERN = r"[ \t]{0,64}(?:(?:\r\n|\r|\n)[ \t]{0,64}){0,2}"
 # Under "pretty": what a pretty-printer writes between two tokens and no more. One line break, so no
 # blank lines; indentation after it only, up to PRETTY_INDENT (10 levels at indent 2, 5 at indent 4;
 # deeper values can still be written compact). The same bound as llama.cpp's JSON grammars
-# (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar), with one line break, not two:
-# under "any" the model wrote a blank line and 64 spaces after a forced enum value (docs/quality.md).
+# (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar), with one line break, not two.
+# Whitespace is what a model has left when it wants to close an object before a required key: under
+# "any" that was a blank line and 64 spaces (docs/guided-numbers-whitespace.md); here 21 characters.
 PRETTY_INDENT = 20
 PRETTY_PATTERN = rf"(?: |(?:\r\n|\r|\n)[ \t]{{0,{PRETTY_INDENT}}})?"
 WHITESPACES = ("pretty", "compact", "any")
