@@ -6,7 +6,7 @@ speculation side by side with guided alone and mlx-lm, idle or with CPU-bound lo
   drafter) with a synchronizing timer around each part: the forward pass (evaluated), the mask fills
   (`prepare`, per draft position), the bitmask apply, the processors + log-softmax, verification
   (filters, draws), the matcher's advance (accept, jump-forward), the matcher rollback after the
-  draft rows, the drafter, the grammar's draft cut, the cost model's decision, the loop's
+  draft rows, the drafter (chained calls too), the grammar's draft cut, the cost model's decision, the loop's
   bookkeeping (apply, KV trim, feed) and the streamed text. Synchronizing serializes what the real
   loop overlaps (`prepare` runs while MLX computes the pass there), so the split is an upper bound of
   each part's cost. Per part: total seconds, ms per step, share of the step time.
@@ -82,15 +82,19 @@ class PartTimer:
         finally:
             self.seconds[name] += time.perf_counter() - t0
 
-    def wrap(self, obj, method: str, name: str, sync: bool = False) -> None:
-        """Time `obj.method` as part `name` (evaluating its mx.array result when `sync`)."""
+    def wrap(self, obj, method: str, name: str, sync: bool = False, inside: str | None = None) -> None:
+        """Time `obj.method` as part `name` (evaluating its mx.array result when `sync`), less the
+        time part `inside` accrued during it (a part timed within it, e.g. chained drafter calls)."""
         inner = getattr(obj, method)
 
         def timed(*args, **kwargs):
+            nested = self.seconds[inside] if inside else 0.0
             with self.part(name):
                 out = inner(*args, **kwargs)
                 if sync:
                     mx.eval(out)
+            if inside:
+                self.seconds[name] -= self.seconds[inside] - nested
             return out
 
         setattr(obj, method, timed)
@@ -102,12 +106,12 @@ def step_split(model, messages, schema, max_tokens: int) -> dict:
     {name: ms}, steps, the draft lengths and feed widths per step, mask fills per draft position
     (ms, mean), the output's counters and validity."""
     from guided import ConstrainedSession, check_json
-    from runtime import PromptCache, PromptLookup
+    from runtime import PromptCache, make_drafter
     from runtime.sequence import Sequence
 
     session = ConstrainedSession(model, schema=schema)
     strategy = session.strategy()
-    drafter = PromptLookup()
+    drafter = make_drafter("prompt_lookup", model)
     prompt_ids = model.prompt_ids(messages)
     t = PartTimer()
     # `logprobs` calls `mask`: its own time is logprobs minus mask (subtracted below).
@@ -117,7 +121,7 @@ def step_split(model, messages, schema, max_tokens: int) -> dict:
     t.wrap(strategy, "advance", "advance (accept, jump-forward)")
     t.wrap(strategy.matcher, "rollback", "matcher rollback")
     t.wrap(drafter, "propose", "drafter")
-    t.wrap(strategy, "check_draft", "draft cut (grammar)")
+    t.wrap(strategy, "check_draft", "draft cut (grammar)", inside="drafter")  # chains drafter calls
     t.wrap(strategy.costs, "choose", "cost model")
     t.wrap(strategy.costs, "keep", "cost model")
 

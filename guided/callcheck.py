@@ -69,7 +69,9 @@ class CallChecker:
     def feed(self, data: bytes) -> Violation | None:
         """One answer token's bytes; the first violation of a value they close, or None (on a
         violation the bytes after it are not taken, as `ValueChecker.feed`)."""
-        content = self.tracker.labels[len(self.ends)] is None
+        # A held token (the tracker cannot tell yet whether a call starts here) may begin a call: its
+        # `{` opens a head, which an answer or text never completes.
+        content = self.tracker.labels[len(self.ends)] is None and not self.tracker.hold
         violation = None
         for byte in data:
             pos = len(self.text)

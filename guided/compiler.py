@@ -21,6 +21,7 @@ from llguidance import LLMatcher, LLParserLimits
 from guided.checker import CheckPlan
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 from guided.matcher import GrammarMatcher
+from guided.productive import check_ends
 from guided.schema.pointer import get, local_ref, parse_pointer, path_of, pointer
 from guided.schema.rewrite import close_objects
 from guided.schema.walk import keyword_paths, nodes
@@ -198,7 +199,8 @@ def compile_grammar(
     SchemaError also for a schema over an engine limit (depth, size, lexer), one that refers to
     itself without reaching a value, or a dangling `$ref` (with the pointer where known).
     GrammarError: invalid regex or Lark, a grammar over the engine's limits (the message names the
-    limit) or one that can produce no finite text.
+    limit), one that can produce no finite text, or one with a reachable rule that never ends
+    (`guided.productive`).
     """
     t0 = time.perf_counter()
     try:
@@ -215,6 +217,8 @@ def compile_grammar(
         # `uniqueItems` the validator checks, beside an unknown format).
         if unchecked := [n for n in compiled.not_enforced if not _can_validate(spec.schema, n)]:
             raise _unsupported(unchecked[0].keyword, unchecked[0].pointer, unchecked[0].message) from None
+    if spec.kind == "lark":  # llguidance compiles a grammar with no finite output; it would never accept
+        check_ends(spec.grammar)
     checked = [n for n in compiled.not_enforced if _can_validate(spec.schema, n)]
     compiled.not_enforced = tuple(n for n in compiled.not_enforced if n not in checked)
     # Numeric keywords the spec left out of the grammar (the engine would round them).

@@ -23,6 +23,7 @@ from guided.schema_prompt import SCHEMA_IN_PROMPT, describe_schema, with_schema_
 from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy
 from guided.tokenizer_info import get_tokenizer_info
+from guided.tool_answer import answer_schema, answer_spec, checked_answer
 from guided.toolcalls import CallTracker, ToolCall
 from guided.tools import ToolConstraint, tool_constraint
 from guided.validation import check_json
@@ -45,7 +46,10 @@ class ConstrainedSession:
         "required", "none" or {"type": "function", "function": {"name": ...}}),
         parallel_tool_calls (True) and tool_format (None: detected from the chat template, else one
         of `guided.tool_formats.FORMATS`: "hermes", "llama3", "mistral", "mistral_names", "phi4",
-        "pythonic", "qwen3_coder", "generic"). The result has `tool_calls` and `content`.
+        "glm45", "kimi_k2", "lfm2", "pythonic", "qwen3_coder", "generic"). The result has
+        `tool_calls` and `content`. A schema or json_object beside tools is the text answer's format
+        (OpenAI's response_format with tools): under "auto" the reply is calls or that JSON
+        (`content`, `value`), under "none" the JSON, under "required" / a named function calls only.
 
     Options: whitespace (None: `guided.spec.DEFAULT_WHITESPACE`, "pretty"; "compact", "any"; the
     older any_whitespace=True/False means "any"/"compact"), strict (True), lenient (False): see `guided.spec`.
@@ -107,26 +111,20 @@ class ConstrainedSession:
         self.tokenizer_info = get_tokenizer_info(model.tokenizer.hf, model.vocab_size, model.tokenizer.eos_ids)
         self.tools: ToolConstraint | None = None
         self.call_plans = {}  # tool name -> the `CheckPlan` validate-and-rollback checks its calls with
+        self.answer_spec = None  # beside tools: the JSON answer's spec (a response format), for the verdict
+        self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
+        options = dict(whitespace=whitespace, any_whitespace=any_whitespace, strict=strict, lenient=lenient)
         if tools is not None:
-            if any(x is not None and x is not False for x in (schema, json_object, regex, choices, grammar)):
-                raise ValueError("give tools or one of schema / json_object / regex / choices / grammar, not both")
-            ll_tokenizer = self.tokenizer_info.ll_tokenizer
+            answer = answer_spec(schema, json_object, (regex, choices, grammar), **options)
+            hf, ll = model.tokenizer.hf, self.tokenizer_info.ll_tokenizer
             self.tools = tool_constraint(
-                tools, tool_choice, parallel_tool_calls, tool_format, model.tokenizer.hf, ll_tokenizer
+                tools, tool_choice, parallel_tool_calls, tool_format, hf, ll, answer=answer_schema(answer)
             )
             self.call_plans = call_plans(self.tools, self.tokenizer_info, cache or default_cache)
-            grammar = self.tools.grammar
-        self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
+            self.answer_spec = checked_answer(answer, self.tools, self.tokenizer_info, cache or default_cache)
+            grammar, schema, json_object = self.tools.grammar, None, False
         self.spec = make_spec(
-            schema=schema,
-            json_object=json_object,
-            regex=regex,
-            choices=choices,
-            grammar=grammar,
-            whitespace=whitespace,
-            any_whitespace=any_whitespace,
-            strict=strict,
-            lenient=lenient,
+            schema=schema, json_object=json_object, regex=regex, choices=choices, grammar=grammar, **options
         )
         self.compiled = (cache or default_cache).get(self.spec, self.tokenizer_info)
         self.jump_forward = jump_forward
@@ -150,9 +148,11 @@ class ConstrainedSession:
             if reasoning_markers
             else model.tokenizer.reasoning_tokens
         )
-        if schema_in_prompt and self.spec.kind not in JSON_KINDS:
+        # The JSON format the output follows (beside tools: the text answer's), which the prompt describes.
+        self.json_spec = self.answer_spec or (self.spec if self.spec.kind in JSON_KINDS else None)
+        if schema_in_prompt and self.json_spec is None:
             raise ValueError(f"schema_in_prompt needs a JSON Schema or json_object constraint, not {self.spec.kind}")
-        self.schema_in_prompt = self.spec.kind in JSON_KINDS and (
+        self.schema_in_prompt = self.json_spec is not None and (
             SCHEMA_IN_PROMPT if schema_in_prompt is None else bool(schema_in_prompt)
         )
 
@@ -187,7 +187,7 @@ class ConstrainedSession:
         as a first paragraph; token ids, and every prompt without `schema_in_prompt`, are unchanged."""
         if not self.schema_in_prompt or not prompt or not isinstance(prompt, (str, list, tuple)):
             return prompt
-        schema = self.spec.schema if self.spec.schema is not None else {"type": "object"}
+        schema = self.json_spec.schema if self.json_spec.schema is not None else {"type": "object"}
         if isinstance(prompt, str) and not (chat_template and self.model.tokenizer.has_chat_template):
             return f"{describe_schema(schema)}\n\n{prompt}"
         if isinstance(prompt, str) or all(isinstance(m, dict) for m in prompt):
@@ -324,8 +324,11 @@ class ConstrainedSession:
             if complete:
                 schemas = {t.name: t.parameters for t in self.tools.tools}
                 errors += [f"{c.name}: {e}" for c in calls for e in check_json(c.arguments, schemas[c.name])[1]]
+                if self.answer_spec is not None and not calls:
+                    value, answer_errors = check_json(content or "", self.answer_spec.schema)
+                    errors += answer_errors
         parsed = None
-        if self.model_class is not None and complete and not errors:
+        if self.model_class is not None and complete and not errors and not calls:  # calls: no answer
             try:
                 parsed = self.model_class.model_validate(value)
             except ValueError as exc:  # pydantic's ValidationError: a constraint JSON Schema cannot express

@@ -16,7 +16,8 @@ verification) and fills in its hooks. Three parts, each with its own state:
   structured-output manager does), so between steps the matcher holds exactly the output.
 - `mask()` applies those rows to the logits of every position in one op (-inf where disallowed).
 - `check_draft()` cuts a draft at its first token the grammar forbids (before the forward pass),
-  and at an EOS (a draft never ends the output).
+  and at an EOS (a draft never ends the output); where a draft ends before tokens the grammar
+  forces (the next key after a value), it chains them and the drafter's proposal after them.
 - `advance()`: the matcher accepts the accepted draft tokens and the sampled token, then the
   jump-forward tokens the grammar forces, which go through the model in the same forward pass as
   the next draft; `Step.forced` counts them.
@@ -160,7 +161,36 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         if not self.gate.answering:
             return self.gate.cut_draft(draft)
         draft = draft[: self.matcher.valid_prefix(draft)]
+        if self.jump_forward and draft and self.drafter is not None:
+            draft = self._chain(draft)
         return self.planner.cut_draft(draft) if self.planner is not None else draft
+
+    CHAIN_LINKS = 4  # drafter calls per step at most (each about 0.5 ms)
+
+    def _chain(self, draft: list[int]) -> list[int]:
+        """`draft` (valid) extended across the grammar's forced tokens: where it ends before tokens
+        the grammar forces (a value's closing `","` before the next key), append them and what the
+        drafter proposes after them, up to `max_draft` tokens; each extension cut at its first
+        forbidden token. The matcher is back at the step's start afterwards."""
+        accepted = 0
+        try:
+            for _ in range(self.CHAIN_LINKS - 1):
+                if not self.matcher.accept_tokens(draft[accepted:]):  # validated: cannot fail
+                    break
+                accepted = len(draft)
+                forced = [] if self.matcher.is_terminated() else self.matcher.jump_forward_tokens()
+                room = self.max_draft - len(draft) - len(forced)
+                more = self.drafter.propose(self.context + draft + forced, room) if forced and room > 0 else []
+                if not more:
+                    break
+                extension = forced + more
+                cut = self.matcher.valid_prefix(extension)
+                draft += extension[:cut]
+                if cut < len(extension):
+                    break
+        finally:
+            self.matcher.rollback(accepted)
+        return draft
 
     def advance(self, accepted: list[int], token: int) -> Step:
         if not self.gate.answering and (gated := self.gate.advance(accepted, token)) is not None:

@@ -10,9 +10,11 @@ calls in a row as two captures) says how to read it:
 - "call_json": a JSON envelope `{"name": N, "<args key>": A}` (hermes, llama3, mistral, phi4,
   generic, and the fenced / bare / array JSON calls small models write under auto): the arguments
   are A's JSON text as generated.
-- "call": the format's own text of one call (pythonic `fn(a=1)`, Qwen3-Coder `<function=f>...`),
-  converted by the format's `read` to JSON arguments (`json.dumps`, the templates' separators).
-- "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`).
+- "call": the format's own text of one call (pythonic `fn(a=1)`, also inside LFM2's markers;
+  Qwen3-Coder `<function=f>...`; GLM-4.5 `name\n<arg_key>...</tool_call>`), converted by the
+  format's `read` to JSON arguments (`json.dumps`, the templates' separators).
+- "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`,
+  Kimi K2's `functions.name:0<|tool_call_argument_begin|>{...}`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from guided.tool_syntax import (
     CALL_JSON_STYLE,
     HERMES_CLOSE,
     HERMES_OPEN,
+    NEWLINE,
     Pieces,
+    _is_text,
+    in_order,
     pythonic_rules,
     qwen3_coder_rules,
     read_pythonic,
@@ -39,6 +44,10 @@ ARRAY_OPENS = ("[", "[\n", "[\n  ", "[\n    ")  # how small models open a JSON a
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
 PHI_OPEN, PHI_CLOSE = "<|tool_call|>", "<|/tool_call|>"
+GLM_KEY, GLM_KEY_END, GLM_VALUE, GLM_VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+KIMI_SECTION, KIMI_SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+KIMI_CALL, KIMI_ARGS, KIMI_CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+LFM2_OPEN, LFM2_CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 
 
 @dataclass(frozen=True)
@@ -141,11 +150,116 @@ def _phi4(p: Pieces) -> str:
     return f"calls: block{p.more('NL? block')}\nblock: {block}\n"
 
 
+def _glm45(p: Pieces) -> str:
+    """GLM-4.5 / 4.6: `<tool_call>name\n` then per parameter, in schema order (required ones always),
+    `<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n`, then `</tool_call>` (all six markers special
+    tokens); v raw text for string parameters (as the template writes them), JSON otherwise. The
+    capture ends with `</tool_call>`, so `read_glm45` knows when a call is complete."""
+    r = p.refs
+    rules = [f"calls: gblock{p.more('NL? gblock')}\ngblock: {r[HERMES_OPEN]} gcall\n"]
+    rules.append("gcall: " + " | ".join(f"g{i}" for i in range(len(p.tools))) + "\n")
+    for i, tool in enumerate(p.tools):
+        required, items = set(tool.parameters.get("required", [])), []
+        for k, v in tool.parameters.get("properties", {}).items():
+            if "<" in k or "\n" in k:
+                raise ValueError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <arg_key>{k}</arg_key>")
+            if _is_text(v) and ("enum" in v or "const" in v):
+                value = "(" + " | ".join(json.dumps(w) for w in ([v["const"]] if "const" in v else v["enum"])) + ")"
+            elif _is_text(v):
+                value = "GSTR?"
+            else:
+                value = f"%json {json.dumps({**v, 'x-guidance': CALL_JSON_STYLE}, ensure_ascii=False)}"
+            key = f'{r[GLM_KEY]} {json.dumps(k)} {r[GLM_KEY_END]} "\\n" {r[GLM_VALUE]}'
+            items.append((f'{key} {value} {r[GLM_VALUE_END]} "\\n"', k in required))
+        params = in_order(f"ga{i}", items, "", rules)
+        rules.append(f'g{i}[capture="{APPEND}call"]: {json.dumps(tool.name + NEWLINE)} {params} {r[HERMES_CLOSE]}\n')
+    # Raw text that cannot spell the closing marker with ordinary tokens either (the reader splits on it).
+    return "".join(rules) + f'GSTR: /(.|\\n)+/ & ~(/(.|\\n)*/ "{GLM_VALUE_END}" /(.|\\n)*/)\n'
+
+
+def read_glm45(text: str, tools: dict) -> tuple[str, dict] | None:
+    """(name, arguments) of one whole GLM call `name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n...
+    </tool_call>`: raw text for string parameters, JSON for the others; None while incomplete."""
+    name, newline, body = text.lstrip().partition(NEWLINE)
+    if not newline or name not in tools or not body.endswith(HERMES_CLOSE):
+        return None
+    body, properties, args, pos = body[: -len(HERMES_CLOSE)], tools[name].parameters.get("properties", {}), {}, 0
+    opening, closing = f"{GLM_KEY_END}\n{GLM_VALUE}", f"{GLM_VALUE_END}\n"
+    while body.startswith(GLM_KEY, pos):
+        middle = body.find(opening, pos)
+        key, pos = body[pos + len(GLM_KEY) : middle], middle + len(opening)
+        try:
+            if _is_text(properties.get(key)):
+                end = body.index(closing, pos)
+                args[key] = body[pos:end]
+            else:
+                args[key], end = json.JSONDecoder().raw_decode(body, pos)
+        except ValueError:
+            return None
+        if not body.startswith(closing, end):
+            return None
+        pos = end + len(closing)
+    return (name, args) if pos == len(body) else None
+
+
+def _kimi_k2(p: Pieces) -> str:
+    """Kimi K2: `<|tool_calls_section_begin|>`, per call `<|tool_call_begin|>functions.name:idx
+    <|tool_call_argument_begin|>{...}<|tool_call_end|>`, `<|tool_calls_section_end|>`."""
+    r = p.refs
+    names = " | ".join(f"k{i}" for i in range(len(p.tools)))
+    rules = [f"calls: {r[KIMI_SECTION]} kcall{p.more('kcall')} {r[KIMI_SECTION_END]}\n"]
+    rules.append(f'kcall: {r[KIMI_CALL]} "functions." ({names}) {r[KIMI_CALL_END]}\n')
+    for i, tool in enumerate(p.tools):
+        body = json.dumps({**tool.parameters, "x-guidance": CALL_JSON_STYLE}, ensure_ascii=False)
+        rules.append(f"k{i}: {json.dumps(tool.name + ':')} KIDX {r[KIMI_ARGS]} kargs{i}\n")
+        rules.append(f"kargs{i}[capture={json.dumps(APPEND + 'args:' + tool.name)}]: %json {body}\n")
+    return "".join(rules) + "KIDX: /[0-9]+/\n"
+
+
+def _lfm2(p: Pieces) -> str:
+    """LFM2: pythonic calls inside `<|tool_call_start|>` ... `<|tool_call_end|>`."""
+    listed = pythonic_rules(p).replace("calls: ", "pylist: ", 1)  # its first rule is the call list
+    return f"calls: {p.refs[LFM2_OPEN]} pylist {p.refs[LFM2_CLOSE]}\n" + listed
+
+
 # -- the registry, in detection order -------------------------------------------------------------
 
 FORMATS: dict[str, ToolFormat | None] = {
     f.name: f
     for f in (
+        ToolFormat(
+            "glm45",
+            lambda t: GLM_KEY in t and GLM_VALUE in t,
+            _glm45,
+            markers=(HERMES_OPEN, HERMES_CLOSE, GLM_KEY, GLM_KEY_END, GLM_VALUE, GLM_VALUE_END),
+            special=(HERMES_OPEN, HERMES_CLOSE, GLM_KEY, GLM_KEY_END, GLM_VALUE, GLM_VALUE_END),
+            opener=HERMES_OPEN,
+            starts_call=lambda data: re.search(rb"[A-Za-z0-9_{-]", data) is not None,
+            read=read_glm45,
+            json_calls=False,
+        ),
+        ToolFormat(
+            "kimi_k2",
+            lambda t: KIMI_SECTION in t,
+            _kimi_k2,
+            markers=(KIMI_SECTION, KIMI_SECTION_END, KIMI_CALL, KIMI_ARGS, KIMI_CALL_END),
+            special=(KIMI_SECTION, KIMI_SECTION_END, KIMI_CALL, KIMI_ARGS, KIMI_CALL_END),
+            opener=KIMI_SECTION,
+            starts_call=lambda data: True,  # `functions.name:idx` right after the markers
+            json_calls=False,
+        ),
+        ToolFormat(
+            "lfm2",
+            lambda t: "<|tool_list_start|>" in t or LFM2_OPEN in t,
+            _lfm2,
+            markers=(LFM2_OPEN, LFM2_CLOSE),
+            special=(LFM2_OPEN, LFM2_CLOSE),
+            opener=LFM2_OPEN,
+            json_text=False,  # a call starts at a name after markup, as pythonic's
+            starts_call=lambda data: re.search(rb"[A-Za-z_]", data) is not None,
+            read=read_pythonic,
+            json_calls=False,
+        ),
         ToolFormat(
             "qwen3_coder",
             lambda t: "<function=" in t and "<parameter=" in t,

@@ -23,7 +23,7 @@ from typing import Callable
 
 from guided.matcher import GrammarMatcher
 from guided.tool_formats import CALL_HEAD, FORMATS, read_capture
-from guided.tools import ToolConstraint
+from guided.tools import ANSWER_JSON, ToolConstraint
 
 MARKUP = "markup"
 _MISTRAL_HEAD = re.compile(r"\s*([\w.-]+)(?:\[ARGS\])?(?=\{)")  # [ARGS] is not shown where it is special
@@ -64,6 +64,8 @@ def calls_from_captures(
         text = value.decode("utf-8", errors="replace")
         if name == "response":
             response = json.loads(text)
+        elif name == ANSWER_JSON:  # a response format's answer: its JSON text is the content
+            response = text
         elif (call := read_capture(name, text, tools.fmt, by_name)) is not None:
             calls.append(ToolCall(call_id(len(calls)), call[0], call[1], call[2], len(calls)))
     return calls, response

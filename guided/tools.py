@@ -44,6 +44,7 @@ from guided.tool_formats import (
 # neither enforces, and formats whose calls are not JSON envelopes (`guided.callcheck.call_plans`).
 LENIENT_CALL_JSON = {**CALL_JSON_STYLE, "lenient": True}
 MODES = ("auto", "required", "none")
+ANSWER_JSON = "answer_json"  # the capture of the generic envelope's answer in a response format (JSON text)
 TOOL_NAME = r"[a-zA-Z0-9_-]{1,64}"  # OpenAI's function names (the server's request schema uses it too)
 
 
@@ -165,15 +166,19 @@ def text_not_starting_with(prefixes: list[str]) -> str:
 
 
 def tool_grammar(
-    fmt: str, tools: list[Tool], *, mode: str, parallel: bool, refs: dict[str, str]
+    fmt: str, tools: list[Tool], *, mode: str, parallel: bool, refs: dict[str, str], answer: dict | None = None
 ) -> tuple[str, list[tuple[str, int]]]:
     """The Lark grammar of a reply under `fmt` and `mode` ("auto", "required", "none"), and the
     text triggers of its calls at the output's start ((text, offset where the call begins); free
     text may not start with them).
 
     tools: the functions a call may use (one for a named tool_choice). parallel: allow several calls.
-    refs: the Lark spelling of each marker text the format uses (`token_ref`). Raises ValueError for
-    an unknown format or mode, or a marker the format needs as a special token the tokenizer lacks.
+    refs: the Lark spelling of each marker text the format uses (`token_ref`). answer: the JSON
+    Schema (llguidance's, with its `x-guidance` options) of the text answer, a response format beside
+    the tools: under auto the reply is its JSON or calls (a JSON call is told from the answer by its
+    head, `{"name": "<tool>"`, which the triggers then end with), under none its JSON; None: free
+    text. Raises ValueError for an unknown format or mode, or a marker the format needs as a special
+    token the tokenizer lacks.
     """
     if fmt not in FORMATS:
         raise ValueError(f"tool_format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -183,12 +188,19 @@ def tool_grammar(
     body = json.dumps(call_schema(tools, args_key(fmt)), ensure_ascii=False)
     capture = f'call_json[capture="{APPEND}call_json"]: %json {body}\n'
     f = FORMATS[fmt]
+    answer_json = None if answer is None else f"answer_json: %json {json.dumps(answer, ensure_ascii=False)}\n"
+    if answer_json and mode == "none":
+        return head + "start: answer_json\n" + answer_json, []
     if f is None:  # generic: the whole reply is one JSON envelope
         if mode == "none":
             return head + "start: TEXT?\nTEXT: /(.|\\n)+/\n", []
         more = ' (", " call_json)*' if parallel else ""
         rules = f'calls: "{{\\"tool_calls\\": [" call_json{more} "]}}"\n'
-        rules += 'answer: "{\\"response\\": " response "}"\nresponse[capture]: %json {"type": "string"}\n'
+        if answer_json:  # the answer's JSON text is the content (`guided.toolcalls.ANSWER_JSON`)
+            rules += f'answer: "{{\\"response\\": " response "}}"\nresponse[capture="{ANSWER_JSON}"]: answer_json\n'
+            rules += answer_json
+        else:
+            rules += 'answer: "{\\"response\\": " response "}"\nresponse[capture]: %json {"type": "string"}\n'
         return head + f"start: calls{' | answer' if mode == 'auto' else ''}\n" + rules + capture, []
     pieces = Pieces(tools, parallel, refs)
     triggers = f.triggers(pieces)
@@ -206,23 +218,35 @@ def tool_grammar(
     rules = f.rules(pieces)
     if mode == "required":
         return head + "start: calls\n" + rules + capture, []
-    # auto: text, or calls. At the output's start the format's own calls, or the JSON calls small
-    # models write (`json_text_forms`); text may not start as those do. A special-token opener after
-    # text starts the calls.
-    options = ["TEXT", "calls"]
+    # auto: text (or the answer's JSON), or calls. At the output's start the format's own calls, or
+    # the JSON calls small models write (`json_text_forms`); text may not start as those do. A
+    # special-token opener after text starts the calls.
+    options = ["answer_json" if answer_json else "TEXT", "calls"]
     if f.json_text:
         forms, form_rules, form_triggers = json_text_forms(pieces, f.bare)
         options, rules, triggers = options + forms, rules + form_rules, triggers + form_triggers
+    if answer_json:
+        # A JSON call is told from the answer by its head, `{"name": "<tool>"` as the call grammar writes it.
+        heads = [f'"name": {json.dumps(t.name)}' for t in tools]
+        triggers = [(t + h, at) for t, at in triggers for h in (heads if t.endswith("{") else [""])]
+        return head + f"start: {' | '.join(options)}\n" + answer_json + rules + capture, triggers
     if f.opener in refs and refs[f.opener].startswith("<["):
         options.append(f"TEXT {f.after_text}")
     text = text_not_starting_with([t for t, _ in triggers]) if triggers else "(.|\\n)*"
     return head + f"start: {' | '.join(options)}\nTEXT: /{text}/\n" + rules + capture, triggers
 
 
-def generic_system_prompt(tools: list[Tool], mode: str) -> str:
-    """The system message that describes the tools and the JSON envelope (format "generic")."""
+def generic_system_prompt(tools: list[Tool], mode: str, answer_format: bool = False) -> str:
+    """The system message that describes the tools and the JSON envelope (format "generic");
+    answer_format: the answer is JSON in a response format, not text."""
     described = json.dumps([t.template["function"] for t in tools], ensure_ascii=False, indent=2)
-    answer = ' or {"response": "<your answer>"} to answer in text' if mode == "auto" else ""
+    answer = ""
+    if mode == "auto":
+        answer = (
+            ' or {"response": <your answer as JSON>} to answer'
+            if answer_format
+            else ' or {"response": "<your answer>"} to answer in text'
+        )
     return (
         f"You can call these functions:\n{described}\n\n"
         'Respond with one JSON object: {"tool_calls": [{"name": "<function name>", "arguments": {<its arguments>}}]} '
@@ -236,7 +260,8 @@ class ToolConstraint:
     need. mode: "auto", "required" or "none" (a named function is "required" over one tool,
     `parallel` False). markers: special-token ids that open calls after text; marker_ids: the ids
     of all the format's markers that are special tokens; triggers: the texts that start a call at
-    the output's start under auto, with the offset where the call itself begins."""
+    the output's start under auto, with the offset where the call itself begins; answer_format:
+    the text answer is JSON in a response format (`tool_grammar`'s `answer`)."""
 
     tools: list[Tool]
     fmt: str
@@ -246,6 +271,7 @@ class ToolConstraint:
     markers: frozenset[int]
     marker_ids: frozenset[int] = frozenset()
     triggers: tuple[tuple[str, int], ...] = ()
+    answer_format: bool = False
 
     @property
     def template_tools(self) -> list[dict] | None:
@@ -255,7 +281,9 @@ class ToolConstraint:
 
     @property
     def system_prompt(self) -> str | None:
-        return generic_system_prompt(self.tools, self.mode) if self.fmt == "generic" and self.mode != "none" else None
+        if self.fmt != "generic" or self.mode == "none":
+            return None
+        return generic_system_prompt(self.tools, self.mode, self.answer_format)
 
     def prompt(self, messages):
         """`messages` as the format's template needs them: the generic format's system message (the
@@ -275,11 +303,12 @@ class ToolConstraint:
 
 
 def tool_constraint(
-    tools, tool_choice, parallel: bool, tool_format: str | None, hf_tokenizer, ll_tokenizer
+    tools, tool_choice, parallel: bool, tool_format: str | None, hf_tokenizer, ll_tokenizer, answer: dict | None = None
 ) -> ToolConstraint:
     """The `ToolConstraint` of `ConstrainedSession(tools=..., tool_choice=..., ...)`. tool_choice:
     "auto" (None), "required", "none" or {"type": "function", "function": {"name": ...}} (also the
     flat {"type": "function", "name": ...}). tool_format: None to detect it from the chat template.
+    answer: the engine's JSON Schema of a response format for the text answer (see `tool_grammar`).
     Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
     tokenizer cannot express) or SchemaError (bad parameters)."""
     if not tools:
@@ -305,7 +334,10 @@ def tool_constraint(
     # llama3's <|python_tag|> only where the template uses it (Llama 3.1 does, 3.2 does not).
     texts = [m for m in (f.markers if f else ()) if m != PYTHON_TAG or m in template]
     refs = {m: token_ref(m, hf_tokenizer, ll_tokenizer) for m in texts}
-    grammar, triggers = tool_grammar(fmt, allowed, mode=mode, parallel=parallel, refs=refs)
+    grammar, triggers = tool_grammar(fmt, allowed, mode=mode, parallel=parallel, refs=refs, answer=answer)
     ids = {m: int(r[2:-2]) for m, r in refs.items() if r.startswith("<[")}
     markers = frozenset({ids[f.opener]} if f and f.opener in ids else ())
-    return ToolConstraint(parsed, fmt, mode, parallel, grammar, markers, frozenset(ids.values()), tuple(triggers))
+    answer_format = answer is not None and mode != "required"
+    return ToolConstraint(
+        parsed, fmt, mode, parallel, grammar, markers, frozenset(ids.values()), tuple(triggers), answer_format
+    )

@@ -16,6 +16,7 @@ from runtime.sampling import SamplingParams, SamplingStrategy, TokenHistory, Tok
 from runtime.speculative import DraftModel, PromptLookup, make_drafter  # noqa: E402
 from runtime.strategy import DecodingStrategy, Drafter, Step  # noqa: E402
 from runtime.tokenizer import Tokenizer  # noqa: E402
+from runtime.value_lookup import ValueLookup  # noqa: E402
 
 __all__ = [
     "DecodingStrategy",
@@ -35,6 +36,7 @@ __all__ = [
     "TokenHistory",
     "TokenSampler",
     "Usage",
+    "ValueLookup",
     "load_model",
     "make_drafter",
     "stream_tokens",

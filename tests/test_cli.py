@@ -91,12 +91,16 @@ def test_generate_choice_and_stream(tiny_model_dir, capsys):
         (["check-schema", "{unenforceable}", "--model", "{tiny}"], "cannot enforce format at /properties/a/format"),
         (["bench", "{tiny}", "--guided", "/", "-g", "2", "-n", "1"], "cannot read the schema file"),
         (["bench", "{tiny}", "--speculative", "prompt_lookup"], "needs --prompt or --messages"),
+        (["generate", "{tiny}", "--prompt", "x", "--grammar", "{endless}"], "rule 'start' never ends"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv, message):
     unenforceable = tmp_path / "not.json"
     unenforceable.write_text('{"type": "object", "properties": {"a": {"format": "no-such-format"}}}')
-    argv = [a.replace("{tiny}", str(tiny_model_dir)).replace("{unenforceable}", str(unenforceable)) for a in argv]
+    endless = tmp_path / "endless.lark"
+    endless.write_text('start: "a" start\n')
+    files = {"{tiny}": tiny_model_dir, "{unenforceable}": unenforceable, "{endless}": endless}
+    argv = [str(files.get(a, a)) for a in argv]
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -84,6 +84,43 @@ def test_lark_rule_without_a_base_case(info):
 
 
 @pytest.mark.parametrize(
+    "grammar, rule",
+    [
+        ('start: "a" start', "start"),  # right recursion: llguidance compiles it, and it never accepts
+        ('start: x\nx: "(" x ")"', "start"),
+        ('start: "a" | b\nb: "c" b', "b"),  # a branch the output could enter and never leave
+        ('start: x? "b"\nx: "a" x', "x"),
+        ('root ::= "a" root', "start"),  # GBNF, converted to Lark (root is start)
+        ('start: item+\nitem: "(" item ")" | block\nblock: "{" block "}"', "block"),
+        ('start: a\na: "x" | b\nb: "y" b', "b"),
+        ('start: x ~ 2..3\nx: "a" x', "start"),  # a repetition needs its item
+        ('start: a // the only rule\n%ignore " "\na: "x" a', "start"),
+    ],
+)
+def test_grammar_rules_that_never_end_are_refused(info, grammar, rule):
+    with pytest.raises(GrammarError) as e:
+        compile_(info, grammar=grammar)
+    assert "never ends" in str(e.value) and repr(rule) in str(e.value), e.value
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        'start: "a" start | "b"',
+        "start: URL // a comment\nURL: /https?:\\/\\/[a-z]+/",
+        'start: a -> named\n?a: "q" start | "r"',
+        'start: "a".."z" start | "0"',
+        'start: x+\nx: "a" | "(" x ")"',
+        'start: x{0,3} "b"\nx: "a"',
+        'start: TEXT\nTEXT: /(.|\\n)+/ & ~(/(.|\\n)*/ "<x>" /(.|\\n)*/)',
+        '%llguidance {}\nstart: j\nj: %json {"type": "object", "properties": {"a": {"pattern": "}"}}}',
+    ],
+)
+def test_grammars_that_can_end_compile(info, grammar):
+    compile_(info, grammar=grammar)
+
+
+@pytest.mark.parametrize(
     "spec, what",
     [
         (dict(choices=[f"c{i}" for i in range(70_000)]), "grammar symbols"),

@@ -162,6 +162,21 @@ def test_input_items_are_rendered(tiny):
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]", "function_call_output"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "user"),
         ({"input": []}, "input", "at least one item"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "call_9", "output": "x"}]},
+            "input",
+            "a response to a preceding message with 'tool_calls'",
+        ),
+        (
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "call_9", "output": "x"},
+                ]
+            },
+            "input",
+            "'tool_call_id' of 'call_9' not found",
+        ),
         ({"background": True}, "background", "does not support"),
         ({"include": ["file_search_call.results"]}, "include[0]", "message.output_text.logprobs"),
         ({"max_output_tokens": 100000}, "max_output_tokens", "max_output_tokens must be <= 480"),

@@ -498,6 +498,9 @@ def test_streamed_call_fragments_concatenate_to_the_whole_reply(tiny, tool_choic
 # ---- errors (raw HTTP) ----------------------------------------------------------------------------
 
 
+CALL_1 = {"id": "call_1", "type": "function", "function": {"name": "set_unit", "arguments": '{"unit": "celsius"}'}}
+
+
 def chat_body(**fields):
     return {"model": "tiny", "messages": USER, **fields}
 
@@ -574,12 +577,23 @@ def test_null_parameters_take_their_defaults(tiny):
         (chat_body(structured_outputs={"regex": "(unclosed"}), 400, "structured_outputs.regex", "regex"),
         (chat_body(structured_outputs={"grammar": "start: undefined_rule"}), 400, "structured_outputs.grammar", ""),
         (
+            chat_body(structured_outputs={"grammar": 'start: "a" start'}),
+            400,
+            "structured_outputs.grammar",
+            "the grammar admits no finite text: rule 'start' never ends",
+        ),
+        (
             chat_body(tools=UNIT_TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
             400,
             "tool_choice",
             "nope",
         ),
-        (chat_body(tools=UNIT_TOOLS, response_format={"type": "json_object"}), 400, "response_format", "tools"),
+        (
+            chat_body(tools=UNIT_TOOLS, structured_outputs={"regex": "[a-z]+"}),
+            400,
+            "structured_outputs",
+            "must be a JSON Schema or json_object",
+        ),
         (
             chat_body(
                 tools=[
@@ -611,6 +625,39 @@ def test_null_parameters_take_their_defaults(tiny):
             400,
             "messages[0].tool_calls[0].function.arguments",
             "JSON",
+        ),
+        # A tool result answers a call of the assistant message before it, as OpenAI checks.
+        (
+            chat_body(messages=[*USER, {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]),
+            400,
+            "messages[1].role",
+            "messages with role 'tool' must be a response to a preceding message with 'tool_calls'",
+        ),
+        (
+            chat_body(
+                messages=[
+                    *USER,
+                    {"role": "assistant", "content": None, "tool_calls": [CALL_1]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+                    {"role": "tool", "tool_call_id": "call_2", "content": "ok"},
+                ]
+            ),
+            400,
+            "messages[3].tool_call_id",
+            "'tool_call_id' of 'call_2' not found in 'tool_calls' of previous message",
+        ),
+        (
+            chat_body(
+                messages=[
+                    *USER,
+                    {"role": "assistant", "content": None, "tool_calls": [CALL_1]},
+                    {"role": "user", "content": "And?"},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+                ]
+            ),
+            400,
+            "messages[3].role",
+            "preceding message with 'tool_calls'",
         ),
         (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
         (chat_body(seed=2**64), 400, "seed", "less than"),

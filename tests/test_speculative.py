@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from guided import ConstrainedSession  # noqa: E402
-from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, make_drafter  # noqa: E402
+from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, ValueLookup, make_drafter  # noqa: E402
 from runtime.draft_cost import DraftCostModel  # noqa: E402
 
 INVOICE = (
@@ -55,7 +55,7 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
 
 def test_make_drafter_options(tiny_model):
     assert make_drafter(None, tiny_model) is None and make_drafter("off", tiny_model) is None
-    assert isinstance(make_drafter("prompt_lookup", tiny_model), PromptLookup)
+    assert isinstance(make_drafter("prompt_lookup", tiny_model), ValueLookup)
     with pytest.raises(ValueError, match="draft model"):
         make_drafter("draft", tiny_model)
     with pytest.raises(ValueError, match="speculative"):
@@ -312,3 +312,24 @@ def test_prompt_lookup_drafts_the_whole_copied_span():
         context = context + [token]
         assert lookup.propose(context, 8) == PromptLookup().propose(context, 8)
     assert lookup.propose(context[:-3], 4) == span[3:7]  # a shorter context (a rollback) re-indexes
+
+
+def test_prompt_lookup_undoes_a_context_it_did_not_keep():
+    """After indexing a context that was then cut back (a rejected chained draft, a rollback), the
+    index is exactly that of a fresh build of the context kept (the journal undoes, no rebuild)."""
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        base = rng.integers(0, 6, size=int(rng.integers(2, 80))).tolist()
+        spec = rng.integers(0, 6, size=int(rng.integers(1, 40))).tolist()
+        after = rng.integers(0, 6, size=int(rng.integers(1, 20))).tolist()
+        cut = int(rng.integers(1, len(base) + 1))
+        lookup, fresh = PromptLookup(), PromptLookup()
+        lookup.propose(base + spec, 4)
+        kept = base[:cut] + after
+        assert lookup.propose(kept, 8) == fresh.propose(kept, 8)
+        state = (lookup.tokens, lookup.next, lookup.link, lookup.length, lookup.last_end, lookup.last)
+        assert state == (fresh.tokens, fresh.next, fresh.link, fresh.length, fresh.last_end, fresh.last)
+    lookup = PromptLookup()
+    lookup.propose(list(range(300)), 4)
+    lookup.propose([7] + list(range(1, 300)), 4)  # past the journal: rebuilt, still right
+    assert lookup.tokens == [7] + list(range(1, 299))

@@ -90,6 +90,46 @@ FAMILIES = {
         "</tool_call>\n<tool_call>\n<function=set_unit>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n"
         "</tool_call>",
     ),
+    "glm45": (
+        ("<|system|>", "<|user|>", "<|assistant|>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+        TOOLS_JSON.replace("<|im_start|>system\\n", "<|system|>").replace("<|im_end|>\\n", "")
+        + "{%- for m in messages %}{%- if m.role == 'user' %}<|user|>\n{{ m.content }}"
+        "{%- elif m.role == 'assistant' %}<|assistant|>{%- for tc in m.tool_calls or [] %}"
+        "\n<tool_call>{{ tc.function.name }}{%- for k, v in tc.function.arguments.items() %}\n<arg_key>{{ k }}"
+        "</arg_key>\n<arg_value>{{ v | tojson if v is not string else v }}</arg_value>{%- endfor %}\n</tool_call>"
+        "{%- endfor %}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}<|assistant|>{%- endif %}",
+        "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>a </tool_call b\n<arg_key</arg_value>\n"
+        "</tool_call>\n<tool_call>set_unit\n<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</tool_call>",
+    ),
+    "kimi_k2": (
+        (
+            "<|im_user|>",
+            "<|im_assistant|>",
+            "<|im_system|>",
+            "<|im_middle|>",
+            "<|tool_calls_section_begin|>",
+            "<|tool_calls_section_end|>",
+            "<|tool_call_begin|>",
+            "<|tool_call_argument_begin|>",
+            "<|tool_call_end|>",
+        ),
+        "{%- if tools -%}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{%- endif -%}"
+        "{%- for m in messages -%}{%- if m.role == 'user' -%}<|im_user|>user<|im_middle|>{{ m.content }}<|im_end|>"
+        "{%- elif m.role == 'assistant' -%}<|im_assistant|>assistant<|im_middle|>{%- if m.tool_calls -%}"
+        "<|tool_calls_section_begin|>{%- for tc in m.tool_calls -%}<|tool_call_begin|>{{ tc.id }}"
+        "<|tool_call_argument_begin|>{{ tc.function.arguments | tojson }}<|tool_call_end|>{%- endfor -%}"
+        "<|tool_calls_section_end|>{%- else -%}{{ m.content }}{%- endif -%}<|im_end|>{%- endif -%}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0<|tool_call_argument_begin|>"
+        '{"query": "a}, functions.set_unit:1 b"}<|tool_call_end|><|tool_call_begin|>functions.set_unit:1'
+        '<|tool_call_argument_begin|>{"unit": "celsius"}<|tool_call_end|><|tool_calls_section_end|>',
+    ),
+    "lfm2": (
+        ("<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>"),
+        "{%- if tools -%}<|im_start|>system\nList of tools: <|tool_list_start|>{{ tools | tojson }}"
+        "<|tool_list_end|><|im_end|>\n{%- endif -%}" + CHATML,
+        '<|tool_call_start|>[search(query="a), set_unit(unit=\'b\')]"), set_unit(unit="celsius")]<|tool_call_end|>',
+    ),
 }
 FIRST_QUERY = {
     "mistral": "a}], b",
@@ -98,6 +138,9 @@ FIRST_QUERY = {
     "llama3": "a}; {",
     "pythonic": "a), set_unit(unit='b')]",
     "qwen3_coder": "a </function>\n</parameter> b",
+    "glm45": "a </tool_call b\n<arg_key",
+    "kimi_k2": "a}, functions.set_unit:1 b",
+    "lfm2": "a), set_unit(unit='b')]",
 }
 
 
@@ -278,6 +321,24 @@ def test_qwen3_coder_values_by_parameter_type(family_model):
     assert not _forced(session, text)[0]
 
 
+def test_glm45_values_by_parameter_type(family_model):
+    """GLM-4.5: string parameters as raw text (as its template writes them), the others as JSON; an
+    empty string is a value; the closing marker spelled as text cannot end a raw value early."""
+    session = ConstrainedSession(family_model("glm45"), tools=[TYPED, SEARCH], tool_choice="required")
+    pair = "<arg_key>{}</arg_key>\n<arg_value>{}</arg_value>\n"
+    values = "".join(pair.format(k, v if isinstance(v, str) else json.dumps(v)) for k, v in TYPED_ARGS.items())
+    text = f"<tool_call>typed\n{values}</tool_call>\n<tool_call>search\n{pair.format('query', '')}</tool_call>"
+    accepted, calls, _ = _forced(session, text)
+    assert accepted and [c.args for c in calls] == [TYPED_ARGS, {"query": ""}]
+    assert not _forced(session, f"<tool_call>typed\n{pair.format('n', 'three')}</tool_call>")[0]
+    hf, ll = session.model.tokenizer.hf, session.tokenizer_info.ll_tokenizer
+    spelled = [hf.convert_tokens_to_ids("<tool_call>"), *ll.tokenize_str("search\n")]
+    spelled += [hf.convert_tokens_to_ids("<arg_key>"), *ll.tokenize_str("query")]
+    spelled += [hf.convert_tokens_to_ids("</arg_key>"), *ll.tokenize_str("\n")]
+    spelled += [hf.convert_tokens_to_ids("<arg_value>"), *ll.tokenize_str("a</arg_value>")]
+    assert not session.compiled.matcher().accept_tokens(spelled)
+
+
 # -- the JSON calls small models write under auto (the tiny Qwen-style model, hermes) ----------------
 
 CALL_A = '{"name": "search", "arguments": {"query": "a"}}'
@@ -328,7 +389,7 @@ def test_auto_json_inside_prose_is_text(tiny_model):
 # -- the server, with the official openai client ----------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["mistral", "pythonic"])
+@pytest.fixture(scope="module", params=["mistral", "pythonic", "glm45", "kimi_k2"])
 def family_server(request, family_model):
     from coreai.server import ServerConfig
     from coreai.server.background import serve_in_thread
@@ -380,3 +441,23 @@ def test_keywords_left_to_validate_and_rollback_are_refused_where_calls_are_not_
     assert (e.keyword, e.pointer, e.tool) == ("uniqueItems", "/properties/tags/uniqueItems", "tag"), e
     assert fmt in str(e)
     assert ConstrainedSession(family_model(fmt), tools=[tool], tool_format="generic").call_plans
+
+
+@pytest.mark.parametrize(
+    "fmt, call",
+    [
+        ("llama3", '{"name": "set_unit", "parameters": {"unit": "celsius"}}'),  # its calls are bare JSON
+        ("pythonic", '[set_unit(unit="celsius")]'),
+        ("mistral", '[TOOL_CALLS] [{"name": "set_unit", "arguments": {"unit": "celsius"}}]'),
+    ],
+)
+def test_a_json_answer_beside_tools_is_told_from_a_call(family_model, fmt, call):
+    """A response format beside tools (auto): the answer's JSON and the format's calls, each read as
+    what it is (a call by its head, `{"name": "<tool>"` for JSON calls)."""
+    answer = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    session = ConstrainedSession(family_model(fmt), tools=[UNIT], schema=answer)
+    accepted, calls, labels = _forced(session, '{"ok":true}')
+    assert accepted and calls == [] and set(labels) == {None}
+    accepted, calls, _ = _forced(session, call)
+    assert accepted and [c.name for c in calls] == ["set_unit"]
+    assert not _forced(session, "Hi")[0]

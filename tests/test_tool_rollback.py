@@ -224,3 +224,13 @@ def test_the_enforcement_header_names_the_keywords_checked_in_calls(tiny):
     )
     plain = httpx.post(tiny + "/v1/chat/completions", json={**body, "tools": [TOGGLE]}, timeout=60)
     assert plain.headers["x-coreai-enforcement"] == "grammar"
+
+
+def test_the_checker_finds_a_bare_call_beside_a_json_answer(tiny_model):
+    """Beside a response format the output's start is held until it is a call's head or cannot be one;
+    the checker still finds a bare JSON call there, and an answer is never read as a call."""
+    answer = {"type": "object", "properties": {"tags": COLORS}, "required": ["tags"]}
+    session = ConstrainedSession(tiny_model, tools=[TAG], schema=answer)
+    violation, _ = _check(session, ['{"name": "tag", "arguments": {"tags": ["blue", "blue"'])
+    assert violation is not None and violation.keyword == "uniqueItems", violation
+    assert _check(session, ['{"tags":["blue","blue","red"]}'])[0] is None

@@ -165,3 +165,22 @@ def test_none_writes_no_call_markup(qwen, qwen_model):
     assert open_id not in result.token_ids and not result.tool_calls
     stream = CallStream()
     assert stream.feed(result.parts) == []
+
+
+def test_response_format_beside_tools(qwen):
+    """Tools and a response format in one request (auto): the weather question is a call (the bare
+    JSON call the model writes), a question no tool serves is answered in the format's JSON."""
+    mood = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 80}}, "required": ["answer"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "reply", "schema": mood}}
+    body = dict(model="qwen", tools=[WEATHER], response_format=fmt, max_tokens=60)
+    called = client(qwen).chat.completions.create(messages=ASK_WEATHER, **body).choices[0]
+    assert called.finish_reason == "tool_calls", called
+    assert called.message.tool_calls[0].function.name == "get_weather"
+    assert "paris" in json.loads(called.message.tool_calls[0].function.arguments)["city"].lower()
+    ask = [{"role": "user", "content": "Who wrote Hamlet?"}]
+    # The answer's schema described in the prompt (the extension field), so the model knows the format.
+    answered = client(qwen).chat.completions.create(messages=ask, **body, extra_body={"schema_in_prompt": True})
+    answered = answered.choices[0]
+    assert answered.finish_reason == "stop" and answered.message.tool_calls is None, answered
+    assert check_json(answered.message.content, mood)[1] == []
+    assert "Shakespeare" in json.loads(answered.message.content)["answer"]

@@ -3,7 +3,7 @@ a `guided.ConstrainedSession`, which compiles the grammar, drives decoding and g
 
 Sessions are built on the request's thread (compiling is llguidance only, no MLX), so a bad schema is
 a 400 before the request queues; it never falls back to free text. Only one constraint applies per
-request: combining a JSON response format with active tools is refused (400) rather than guessed at.
+request: a JSON response format beside tools is the format of the text answer (`for_chat`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ class Constraints:
     def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
+        if self.whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer (or
+            options["whitespace"] = self.whitespace  # a tool's parameters, compiled alone to check them)
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:
@@ -63,47 +65,24 @@ class Constraints:
 
     def structured(self, req: SamplingFields, response_format=None) -> Constraint | None:
         """The constraint of `response_format` (chat) or `structured_outputs` (both endpoints)."""
-        if req.structured_outputs is not None and response_format is not None and response_format.type != "text":
-            raise bad_request("give either response_format or structured_outputs, not both", "structured_outputs")
-        if isinstance(response_format, JsonObjectFormat):
-            return Constraint(self._session("response_format", req, json_object=True, whitespace=self.whitespace))
-        if isinstance(response_format, JsonSchemaFormat):
-            spec = response_format.json_schema
-            # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
-            return Constraint(
-                self._session(
-                    "response_format.json_schema.schema",
-                    req,
-                    schema=spec.schema_,
-                    strict=spec.strict is not False,
-                    whitespace=self.whitespace,
-                )
-            )
-        so = req.structured_outputs
-        if so is None:
-            return None
-        if so.json_ is not None:
-            return Constraint(
-                self._session("structured_outputs.json", req, schema=so.json_, whitespace=self.whitespace)
-            )
-        if so.regex is not None:
-            return Constraint(self._session("structured_outputs.regex", req, regex=so.regex))
-        if so.choice is not None:
-            return Constraint(self._session("structured_outputs.choice", req, choices=so.choice))
-        return Constraint(self._session("structured_outputs.grammar", req, grammar=so.grammar))
+        found = structured_options(req, response_format)
+        return None if found is None else Constraint(self._session(found[0], req, **found[1]))
 
     def for_chat(self, req: ChatCompletionRequest) -> Constraint | None:
         """The constraint of a chat request, or None for free text. Tools go through
         `ConstrainedSession(tools=...)`: the format comes from the chat template (a template with no
-        tool markup gets the generic JSON envelope); `tool_choice: "none"` bans the call marker."""
-        structured = self.structured(req, req.response_format)
-        if not req.tools or (req.tool_choice == "none" and structured is not None):
-            return structured
-        if structured is not None:
+        tool markup gets the generic JSON envelope); `tool_choice: "none"` bans the call marker.
+        A JSON response format beside tools (OpenAI accepts both) is the text answer's format under
+        "auto", alone under "none", and not used under "required" or a named function (calls only)."""
+        found = structured_options(req, req.response_format)
+        if not req.tools or (req.tool_choice == "none" and found is not None):
+            return None if found is None else Constraint(self._session(found[0], req, **found[1]))
+        param, answer = found or ("response_format", {})
+        if answer and not ({"schema", "json_object"} & set(answer)):
             raise bad_request(
-                "response_format / structured_outputs cannot be combined with tools; "
-                'pass tool_choice: "none" to use them',
-                "response_format",
+                f"{param} beside tools: the answer's format must be a JSON Schema or json_object "
+                '(or pass tool_choice: "none")',
+                param.split(".")[0],
             )
         for i, tool in enumerate(req.tools):
             param = f"tools[{i}].function.parameters"
@@ -124,16 +103,40 @@ class Constraints:
                 )
             choice = choice.model_dump()
         try:
-            session = self._session(
-                "tools",
+            session = self._session(  # the answer's own schema errors name its field
+                found[0] if answer else "tools",
                 req,
                 tools=[t.model_dump(exclude_none=True) for t in req.tools],
                 tool_choice=choice,
                 parallel_tool_calls=req.parallel_tool_calls,
+                **answer,
             )
         except ValueError as exc:  # a format the tokenizer cannot express
             raise bad_request(str(exc), "tools") from None
         return Constraint(session, session.tools.mode)
+
+
+def structured_options(req: SamplingFields, response_format=None) -> tuple[str, dict] | None:
+    """(the parameter to name in errors, the `ConstrainedSession` options) of `response_format`
+    (chat) or `structured_outputs` (both endpoints); None for free text."""
+    if req.structured_outputs is not None and response_format is not None and response_format.type != "text":
+        raise bad_request("give either response_format or structured_outputs, not both", "structured_outputs")
+    if isinstance(response_format, JsonObjectFormat):
+        return "response_format", {"json_object": True}
+    if isinstance(response_format, JsonSchemaFormat):
+        spec = response_format.json_schema
+        # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
+        return "response_format.json_schema.schema", {"schema": spec.schema_, "strict": spec.strict is not False}
+    so = req.structured_outputs
+    if so is None:
+        return None
+    if so.json_ is not None:
+        return "structured_outputs.json", {"schema": so.json_}
+    if so.regex is not None:
+        return "structured_outputs.regex", {"regex": so.regex}
+    if so.choice is not None:
+        return "structured_outputs.choice", {"choices": so.choice}
+    return "structured_outputs.grammar", {"grammar": so.grammar}
 
 
 def enforcement_headers(session: ConstrainedSession) -> dict[str, str]:

@@ -13,7 +13,6 @@ from coreai.server.config import ServerConfig
 from coreai.server.constraints import Constraint, Constraints
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request
-from guided.spec import JSON_KINDS
 from runtime import Model, SamplingParams
 from runtime.errors import ParameterError
 from runtime.reasoning import plan_reasoning
@@ -110,7 +109,7 @@ class Preparer:
         it without a JSON Schema or json_object constraint is a 400."""
         session = constraint.session if constraint is not None else None
         wanted = req.schema_in_prompt if req.schema_in_prompt is not None else self.config.schema_in_prompt
-        if session is None or session.spec.kind not in JSON_KINDS:
+        if session is None or session.json_spec is None:  # beside tools: the answer's JSON format
             if req.schema_in_prompt:
                 raise bad_request(
                     "schema_in_prompt needs response_format json_schema or json_object, or structured_outputs json",

@@ -283,6 +283,23 @@ class ChatCompletionRequest(SamplingFields):
             raise field_error("tool_choice", "tool_choice is only allowed when tools are given", self.tool_choice)
         return self
 
+    @model_validator(mode="after")
+    def _tool_results_answer_calls(self):
+        # As OpenAI checks (its messages, with the spelling fixed): a tool message answers a call of the
+        # assistant message before it (other tool messages between them), else the template would
+        # render a result the model never asked for.
+        calls: set[str] | None = None  # the ids of the last assistant message's calls, while tool messages follow
+        for i, m in enumerate(self.messages):
+            if not isinstance(m, ToolMessage):
+                calls = {c.id for c in m.tool_calls} if isinstance(m, AssistantMessage) and m.tool_calls else None
+            elif calls is None:
+                message = "messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
+                raise field_error(("messages", i, "role"), message, m.role)
+            elif m.tool_call_id not in calls:
+                message = f"'tool_call_id' of {m.tool_call_id!r} not found in 'tool_calls' of previous message"
+                raise field_error(("messages", i, "tool_call_id"), message, m.tool_call_id)
+        return self
+
     def output_constrained(self) -> bool:
         # With tool_choice "auto" the model may answer in text, where a stop string is an ordinary stop.
         forced_call = bool(self.tools) and (
