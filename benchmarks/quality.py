@@ -7,11 +7,14 @@ side by side, interleaved document by document (the order rotates):
 - `unconstrained+schema`: no grammar; the schema described in the system message
   (`guided.schema_prompt`, style "schema"); the answer is parsed as `parse_answer` says, unparsable
   counts as wrong;
-- `constrained`: `ConstrainedSession(schema=...)`, nothing added to the prompt, compact JSON;
+- `constrained`: `ConstrainedSession(schema=..., whitespace="compact")`, nothing added to the
+  prompt, compact JSON `{"key":"value"}` (the default until issue 27's second round);
 - `constrained+schema`, `constrained+hints`: the same with `describe_schema(schema, style)` in the
   system message ("schema": every key; "hints": only the keys with a format, enum, pattern or range);
-- `constrained+ws`, `constrained+hints+ws`: `any_whitespace=True`, so the model may lay the JSON out
-  as it does unconstrained (`{\n  "key": "value"`) instead of the compact `{"key":"value"}`.
+- `constrained+pretty`, `constrained+hints+pretty`: `whitespace="pretty"` (the default), so the
+  model lays the JSON out as it does unconstrained (`{\n  "key": "value"`), within tight bounds;
+- `constrained+ws`, `constrained+hints+ws`: `whitespace="any"`, looser bounds (up to 2 line breaks
+  and 64 spaces between two tokens).
 
 Per variant and domain: field accuracy (fields right after the scorer's normalisation), whole-record
 accuracy (every field right), valid rate (the answer parses and validates against the schema, formats
@@ -30,7 +33,6 @@ token for token with and without it, see `runtime.speculative`), so timings incl
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import re
@@ -43,6 +45,7 @@ from benchmarks.extraction_data import DOMAINS, FULL_PER_DOMAIN, Domain, Example
 from conformance.common import REPO, machine, md_table
 from guided import ConstrainedSession, check_json
 from guided.schema_prompt import SCHEMA_IN_PROMPT, SCHEMA_PROMPT_STYLE, describe_schema, with_schema_description
+from guided.spec import DEFAULT_WHITESPACE
 
 RESULTS = REPO / "benchmarks" / "results"
 DEFAULT_PER_DOMAIN = 2  # 10 documents x 4 variants: docs/quality.md has the time and the standard errors
@@ -55,13 +58,13 @@ SYSTEM = (
 @dataclass(frozen=True)
 class Variant:
     """constrained: through a `ConstrainedSession` (else plain `model.generate`); style: the
-    `describe_schema` style put in the system message, or None for nothing; any_whitespace: the
-    session's option of that name."""
+    `describe_schema` style put in the system message, or None for nothing; whitespace: the
+    session's option of that name (`guided.spec.WHITESPACES`)."""
 
     name: str
     constrained: bool
     style: str | None
-    any_whitespace: bool = False
+    whitespace: str = "compact"
 
 
 VARIANTS = {
@@ -71,22 +74,23 @@ VARIANTS = {
         Variant("constrained", True, None),
         Variant("constrained+schema", True, "schema"),
         Variant("constrained+hints", True, "hints"),
-        Variant("constrained+ws", True, None, True),
-        Variant("constrained+hints+ws", True, "hints", True),
+        Variant("constrained+pretty", True, None, "pretty"),
+        Variant("constrained+hints+pretty", True, "hints", "pretty"),
+        Variant("constrained+ws", True, None, "any"),
+        Variant("constrained+hints+ws", True, "hints", "any"),
     )
 }
-# The fixed sample's variants: the issue's three and the whitespace one; the "hints" ones lost on the
-# first sample (docs/quality.md) and run with --variants.
-DEFAULT_VARIANTS = ("unconstrained+schema", "constrained", "constrained+schema", "constrained+ws")
+# The fixed sample's variants: the issue's three and the shipped default; the others lost on the
+# samples in docs/quality.md and run with --variants.
+DEFAULT_VARIANTS = ("unconstrained+schema", "constrained", "constrained+schema", "constrained+pretty")
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 
 
 def default_variant() -> str:
     """The name of the variant `ConstrainedSession(model, schema=...)` runs with the shipped defaults."""
-    any_whitespace = inspect.signature(ConstrainedSession).parameters["any_whitespace"].default
     style = SCHEMA_PROMPT_STYLE if SCHEMA_IN_PROMPT else None
     return next(
-        v.name for v in VARIANTS.values() if v.constrained and (v.style, v.any_whitespace) == (style, any_whitespace)
+        v.name for v in VARIANTS.values() if v.constrained and (v.style, v.whitespace) == (style, DEFAULT_WHITESPACE)
     )
 
 
@@ -122,7 +126,7 @@ def messages(example: Example, domain: Domain) -> list[dict]:
 
 def run_one(model, sessions: dict, example: Example, variant: Variant, max_tokens: int) -> dict:
     """One document under one variant: the answer, its verdict and its per-field scores. `sessions`:
-    {(domain name, any_whitespace): ConstrainedSession with schema_in_prompt=False}; the variant's
+    {(domain name, whitespace): ConstrainedSession with schema_in_prompt=False}; the variant's
     description is added here, as `ConstrainedSession.prompt` adds it with schema_in_prompt=True."""
     domain = DOMAINS[example.domain]
     chat = messages(example, domain)
@@ -133,7 +137,7 @@ def run_one(model, sessions: dict, example: Example, variant: Variant, max_token
         value = parse_answer(result.text)
         valid = value is not None and not check_json(json.dumps(value), domain.schema)[1]
     else:
-        session = sessions[example.domain, variant.any_whitespace]
+        session = sessions[example.domain, variant.whitespace]
         result = session.generate(chat, max_tokens=max_tokens, speculative="prompt_lookup")
         value, valid = (result.value, result.valid)
     fields = score(domain, value, example.truth)
@@ -229,11 +233,9 @@ def main(argv=None) -> int:
     if any((e.id, v) not in done for e in docs for v in args.variants):  # else only the report is rewritten
         model = coreai.load()
         sessions = {
-            (name, ws): ConstrainedSession(
-                model, schema=DOMAINS[name].schema, any_whitespace=ws, schema_in_prompt=False
-            )
+            (name, ws): ConstrainedSession(model, schema=DOMAINS[name].schema, whitespace=ws, schema_in_prompt=False)
             for name in args.domains
-            for ws in {VARIANTS[v].any_whitespace for v in args.variants if VARIANTS[v].constrained}
+            for ws in {VARIANTS[v].whitespace for v in args.variants if VARIANTS[v].constrained}
         }
     t0 = time.perf_counter()
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -255,7 +257,7 @@ def main(argv=None) -> int:
             "schema_descriptions": {
                 style: {name: describe_schema(DOMAINS[name].schema, style) for name in args.domains} for style in styles
             },
-            **summarise([r for r in records if r["id"] in paired]),
+            **summarise([r for r in records if r["id"] in paired and r["variant"] in args.variants]),
             "records": records,
         }
         with open(out, "w") as f:
@@ -285,8 +287,9 @@ def main(argv=None) -> int:
 
 
 def previous_records(path: str, args) -> list[dict]:
-    """The answers of an earlier run in `path` to keep with --resume: [] when there is none; raises
-    SystemExit when it ran with another seed or token limit (its answers would not be comparable)."""
+    """The answers of an earlier run in `path` to keep with --resume (every variant's): [] when there
+    is none; raises SystemExit when it ran with another seed or token limit (its answers would not be
+    comparable)."""
     try:
         with open(path) as f:
             previous = json.load(f)
@@ -295,7 +298,9 @@ def previous_records(path: str, args) -> list[dict]:
     then = previous.get("args", {})
     if (then.get("seed"), then.get("max_tokens")) != (args.seed, args.max_tokens):
         raise SystemExit(f"--resume: {path} ran with seed {then.get('seed')}, max tokens {then.get('max_tokens')}")
-    return [r for r in previous["records"] if r["variant"] in args.variants and r["domain"] in args.domains]
+    # All of them, not only this run's variants and domains: the file keeps the answers of every
+    # variant run before (the figures are computed over this run's variants only).
+    return previous["records"]
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ class ConstrainedSession:
         (OpenAI's response_format with tools): under "auto" the reply is calls or that JSON
         (`content`, `value`), under "none" the JSON, under "required" / a named function calls only.
 
-    Options: any_whitespace (False), strict (True), lenient (False): see `guided.spec`.
+    Options: whitespace (None: `guided.spec.DEFAULT_WHITESPACE`, "pretty"; "compact", "any"; the
+    older any_whitespace=True/False means "any"/"compact"), strict (True), lenient (False): see `guided.spec`.
     jump_forward (True): append grammar-forced tokens without sampling.
     speculative (None): the default for `stream`/`generate`: "prompt_lookup", "draft" (the model's
         `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
@@ -92,7 +93,8 @@ class ConstrainedSession:
         tool_choice=None,
         parallel_tool_calls: bool = True,
         tool_format: str | None = None,
-        any_whitespace: bool = False,
+        whitespace: str | None = None,
+        any_whitespace: bool | None = None,
         strict: bool = True,
         lenient: bool = False,
         jump_forward: bool = True,
@@ -111,7 +113,7 @@ class ConstrainedSession:
         self.call_plans = {}  # tool name -> the `CheckPlan` validate-and-rollback checks its calls with
         self.answer_spec = None  # beside tools: the JSON answer's spec (a response format), for the verdict
         self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
-        options = dict(any_whitespace=any_whitespace, strict=strict, lenient=lenient)
+        options = dict(whitespace=whitespace, any_whitespace=any_whitespace, strict=strict, lenient=lenient)
         if tools is not None:
             answer = answer_spec(schema, json_object, (regex, choices, grammar), **options)
             hf, ll = model.tokenizer.hf, self.tokenizer_info.ll_tokenizer

@@ -3,10 +3,17 @@ one canonical llguidance grammar text plus what is needed to check the final out
 
 Options (the same for every input kind that uses them):
 
-- `any_whitespace=False`: JSON is compact (`{"a":1,"b":[2,3]}`: separators "," and ":", no other
-  whitespace), so a model cannot pad its output with runaway newlines. True allows any JSON
-  whitespace between tokens (llguidance's `whitespace_flexible`) in any order, in bounded runs: at
-  most 2 line breaks and at most 64 spaces/tabs before, between and after them (`WHITESPACE_PATTERN`).
+- `whitespace` (`WHITESPACES`), the JSON layout the grammar allows between tokens, always bounded
+  so a model cannot pad its output with runaway whitespace:
+  - "pretty" (the default, `DEFAULT_WHITESPACE`): between any two tokens nothing, one space, or one
+    line break followed by at most `PRETTY_INDENT` spaces/tabs (`PRETTY_PATTERN`): the model's own
+    pretty-printing (`{\n  "key": "value",\n  ...\n}`, or `{"a": 1, "b": [2, 3]}`) fits, a blank
+    line or a run of spaces before a comma does not (docs/quality.md measured it);
+  - "compact": `{"a":1,"b":[2,3]}` (separators "," and ":", no other whitespace);
+  - "any": any JSON whitespace in any order, in bounded runs: at most 2 line breaks and at most 64
+    spaces/tabs before, between and after them (`WHITESPACE_PATTERN`).
+  `any_whitespace` (the older option) is still taken where `whitespace` is not given: True is
+  "any", False is "compact".
 - `strict=True`: like OpenAI's strict mode, an object schema that declares `properties` and says
   nothing about other keys (no `additionalProperties`, `patternProperties` or
   `unevaluatedProperties`) gets `additionalProperties: false`: the output has only declared keys.
@@ -50,7 +57,7 @@ class GrammarSpec:
     grammar: the llguidance grammar text (JSON), the cache's canonical key.
     schema: the JSON Schema as given (after parsing, before strict mode), for the final output check;
         None for non-JSON kinds.
-    options: the options that shaped `grammar` (any_whitespace, strict, lenient), for reports.
+    options: the options that shaped `grammar` (whitespace, strict, lenient), for reports.
     """
 
     kind: str
@@ -81,9 +88,10 @@ class GrammarSpec:
             raise ValueError(f"a {self.kind} grammar has no lenient form")
         if self.lenient:
             return self
-        any_whitespace = bool(self.options.get("any_whitespace"))
+        # a spec from an older grammar journal has `any_whitespace` in its options
+        ws = resolve_whitespace(self.options.get("whitespace"), self.options.get("any_whitespace"))
         strict = bool(self.options.get("strict", True))
-        return json_spec(json.dumps(self.schema, ensure_ascii=False), self.kind, any_whitespace, strict, True)
+        return json_spec(json.dumps(self.schema, ensure_ascii=False), self.kind, ws, strict, True)
 
 
 def _is_json_text(text: str) -> bool:
@@ -129,22 +137,46 @@ def _parses(text: str) -> bool:
     return True
 
 
-# Whitespace between JSON tokens under `any_whitespace`: any order of space, tab, CR and LF (JSON's
-# `ws`), bounded: at most 2 line breaks (LF, CR, or CRLF counted as one) and at most 64 spaces/tabs
-# before, between and after them (indentation of 16 levels at indent 4, where the old bound was the
-# same but only for breaks first, then indentation). llama.cpp's JSON grammars bound it the same way
-# (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar); JSON's own rule is unbounded,
-# which lets a model spend its whole budget on whitespace. Longest run: 3 * 64 + 2 * 2 = 196 characters.
+# Whitespace between JSON tokens under "any": any order of space, tab, CR and LF (JSON's `ws`),
+# bounded: at most 2 line breaks (LF, CR, or CRLF counted as one) and at most 64 spaces/tabs before,
+# between and after them. JSON's own rule is unbounded, which lets a model spend its whole budget on
+# whitespace. Longest run: 3 * 64 + 2 * 2 = 196 characters.
 WHITESPACE_PATTERN = r"[ \t]{0,64}(?:(?:\r\n|\r|\n)[ \t]{0,64}){0,2}"
+# Under "pretty": what a pretty-printer writes between two tokens and no more. One line break, so no
+# blank lines; indentation after it only, up to PRETTY_INDENT (10 levels at indent 2, 5 at indent 4;
+# deeper values can still be written compact). The same bound as llama.cpp's JSON grammars
+# (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar), with one line break, not two.
+# Whitespace is what a model has left when it wants to close an object before a required key: under
+# "any" that was a blank line and 64 spaces (docs/guided-numbers-whitespace.md); here 21 characters.
+PRETTY_INDENT = 20
+PRETTY_PATTERN = rf"(?: |(?:\r\n|\r|\n)[ \t]{{0,{PRETTY_INDENT}}})?"
+WHITESPACES = ("pretty", "compact", "any")
+DEFAULT_WHITESPACE = "pretty"
 
 
-def json_grammar(schema, any_whitespace: bool, lenient: bool) -> str:
-    """llguidance grammar text for a JSON Schema with our whitespace and lenient options."""
-    options = {"whitespace_flexible": any_whitespace, "lenient": lenient}
-    if any_whitespace:
-        options["whitespace_pattern"] = WHITESPACE_PATTERN
-    else:
+def resolve_whitespace(whitespace: str | None, any_whitespace: bool | None) -> str:
+    """The `whitespace` option from the two ways of giving it: `whitespace` (one of `WHITESPACES`)
+    wins; else `any_whitespace` True is "any", False "compact"; neither is `DEFAULT_WHITESPACE`.
+
+    Raises ValueError for an unknown `whitespace`, or both given and disagreeing."""
+    if whitespace is not None and whitespace not in WHITESPACES:
+        raise ValueError(f"whitespace must be one of {', '.join(WHITESPACES)}, not {whitespace!r}")
+    if any_whitespace is None:
+        return whitespace or DEFAULT_WHITESPACE
+    implied = "any" if any_whitespace else "compact"
+    if whitespace is not None and whitespace != implied:
+        raise ValueError(f"any_whitespace={any_whitespace} contradicts whitespace={whitespace!r}")
+    return implied
+
+
+def json_grammar(schema, whitespace: str, lenient: bool) -> str:
+    """llguidance grammar text for a JSON Schema with a `whitespace` layout (one of `WHITESPACES`)
+    and the lenient option."""
+    options = {"whitespace_flexible": whitespace != "compact", "lenient": lenient}
+    if whitespace == "compact":
         options.update(item_separator=",", key_separator=":")
+    else:
+        options["whitespace_pattern"] = PRETTY_PATTERN if whitespace == "pretty" else WHITESPACE_PATTERN
     try:
         return LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=options)
     except ValueError as exc:  # serde_json's recursion limit, or a schema the converter cannot read
@@ -182,7 +214,7 @@ def lark_text(grammar: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient: bool) -> GrammarSpec:
+def json_spec(text: str, kind: str, whitespace: str, strict: bool, lenient: bool) -> GrammarSpec:
     """The `GrammarSpec` of a schema given as canonical JSON text, memoized: the metaschema check and
     the grammar conversion take milliseconds (hundreds for large schemas), so a session made again
     for the same schema would not get a cache hit for free without this. Errors are not memoized.
@@ -195,8 +227,8 @@ def json_spec(text: str, kind: str, any_whitespace: bool, strict: bool, lenient:
     check_finite(schema)
     # llguidance applies options only to object schemas; {} means the same as true
     compiled = {} if schema is True else engine_schema(schema, strict)
-    options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
-    return GrammarSpec(kind, json_grammar(compiled, any_whitespace, lenient), schema, options)
+    options = {"whitespace": whitespace, "strict": strict, "lenient": lenient}
+    return GrammarSpec(kind, json_grammar(compiled, whitespace, lenient), schema, options)
 
 
 def engine_schema(schema, strict: bool):
@@ -215,7 +247,8 @@ def make_spec(
     regex: str | None = None,
     choices=None,
     grammar: str | None = None,
-    any_whitespace: bool = False,
+    whitespace: str | None = None,
+    any_whitespace: bool | None = None,
     strict: bool = True,
     lenient: bool = False,
 ) -> GrammarSpec:
@@ -226,9 +259,11 @@ def make_spec(
     regex: a regular expression the whole output must match (Rust `regex` syntax, anchored).
     choices: a non-empty list of strings; the output is exactly one of them.
     grammar: Lark or GBNF text, or a path to a .lark / .gbnf file.
-    Raises ValueError when not exactly one is given, SchemaError for a bad schema (with pointer),
-    GrammarError for empty choices or an unconvertible GBNF grammar. Regex and Lark syntax errors,
-    unsupported keywords and limits are raised when compiling (`guided.compiler.compile_grammar`).
+    whitespace / any_whitespace: the JSON layout (see the module docstring, `resolve_whitespace`).
+    Raises ValueError when not exactly one is given or for a bad whitespace option, SchemaError for a
+    bad schema (with pointer), GrammarError for empty choices or an unconvertible GBNF grammar. Regex
+    and Lark syntax errors, unsupported keywords and limits are raised when compiling
+    (`guided.compiler.compile_grammar`).
     """
     given = [
         n
@@ -243,14 +278,15 @@ def make_spec(
     ]
     if len(given) != 1:
         raise ValueError(f"give exactly one of schema, json_object, regex, choices, grammar (got {given or 'none'})")
-    options = {"any_whitespace": any_whitespace, "strict": strict, "lenient": lenient}
+    whitespace = resolve_whitespace(whitespace, any_whitespace)
+    options = {"whitespace": whitespace, "strict": strict, "lenient": lenient}
     if json_object:
         schema = {"type": "object"}
     if schema is not None:
         schema = load_schema(schema)
         check_depth(schema)  # before json.dumps, which recurses
         text = json.dumps(schema, ensure_ascii=False)  # canonical: key order kept
-        return json_spec(text, "json_object" if json_object else "json_schema", any_whitespace, strict, lenient)
+        return json_spec(text, "json_object" if json_object else "json_schema", whitespace, strict, lenient)
     if regex is not None:
         return GrammarSpec("regex", LLMatcher.grammar_from_regex(regex), None, options)
     if choices is not None:

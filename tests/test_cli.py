@@ -43,6 +43,29 @@ def test_generate_with_schema_prints_valid_json(tiny_model_dir, capsys):
         assert "finish=length" in captured.err
 
 
+@pytest.mark.parametrize("layout", [["--whitespace", "compact"], ["--whitespace", "pretty"], ["--any-whitespace"]])
+def test_generate_whitespace_flags(tiny_model_dir, capsys, layout):
+    """--whitespace reaches the grammar (compact output has no whitespace at all); the older
+    --any-whitespace still parses (as --whitespace any)."""
+    schema = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    argv = ["generate", str(tiny_model_dir), "--prompt", "Give n.", "--schema", schema, "--max-tokens", "60"]
+    code = main(argv + layout)
+    captured = capsys.readouterr()
+    if code == 0:
+        text = captured.out.strip()
+        assert list(json.loads(text)) == ["n"]
+        if layout[-1] == "compact":
+            assert text == json.dumps(json.loads(text), separators=(",", ":"))
+    else:  # the random network may not finish: then it says so
+        assert "finish=length" in captured.err
+
+
+def test_generate_refuses_an_unknown_whitespace(tiny_model_dir, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", str(tiny_model_dir), "--prompt", "x", "--json-object", "--whitespace", "tabs"])
+    assert exc.value.code == 2 and "invalid choice: 'tabs'" in capsys.readouterr().err
+
+
 def test_generate_choice_and_stream(tiny_model_dir, capsys):
     assert (
         main(["generate", str(tiny_model_dir), "--prompt", "x", "--choice", "yes", "--choice", "no", "--stream"]) == 0
@@ -243,6 +266,9 @@ def test_check_schema_prints_the_report(tiny_model_dir, capsys):
     assert main(["check-schema", schema, "--model", str(tiny_model_dir)]) == 0
     out = capsys.readouterr().out
     assert "uniqueItems  validate-and-rollback" in out.replace("  ", "  ") and "/items/format" in out
+    for layout in (["--whitespace", "compact"], ["--any-whitespace"]):  # the same report under every layout
+        assert main(["check-schema", schema, "--model", str(tiny_model_dir), *layout]) == 0
+        assert capsys.readouterr().out.splitlines()[1:] == out.splitlines()[1:]  # the first says the compile time
     assert main(["check-schema", schema, "--model", str(tiny_model_dir), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     hows = {(k["keyword"], k["pointer"]): k["how"] for k in report["keywords"]}

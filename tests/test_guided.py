@@ -142,12 +142,30 @@ def test_choices_with_quotes_and_unicode(info, toy):
     assert not feed(info, toy, "say", choices=choices)
 
 
-def test_json_compact_by_default_and_any_whitespace(info, toy):
+def test_json_whitespace_options(info, toy):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    assert feed(info, toy, '{"a":1}', schema=schema)
-    assert not feed(info, toy, '{"a": 1}', schema=schema)
-    assert not feed(info, toy, '{\n"a":1}', schema=schema)
-    assert feed(info, toy, '{ "a" :\n 1 }', schema=schema, any_whitespace=True)
+    # the default ("pretty"): nothing, one space, or one line break and indentation between tokens
+    for text in ['{"a":1}', '{"a": 1}', '{\n  "a": 1\n}', '{ "a" : 1 }']:
+        assert feed(info, toy, text, schema=schema), text
+    for text in ['{"a":  1}', '{\n\n"a":1}', '{"a":1 \n}', '{"a":1\n' + " " * 21 + "}"]:
+        assert not feed(info, toy, text, schema=schema), text
+    # "compact" (also any_whitespace=False): no whitespace at all
+    for compact in ({"whitespace": "compact"}, {"any_whitespace": False}):
+        assert feed(info, toy, '{"a":1}', schema=schema, **compact)
+        assert not feed(info, toy, '{"a": 1}', schema=schema, **compact)
+        assert not feed(info, toy, '{\n"a":1}', schema=schema, **compact)
+    # "any" (also any_whitespace=True): any order, up to 2 line breaks
+    for loose in ({"whitespace": "any"}, {"any_whitespace": True}):
+        assert feed(info, toy, '{ "a" :\n 1 }', schema=schema, **loose)
+        assert feed(info, toy, '{\n\n  "a":  1 \n}', schema=schema, **loose)
+
+
+def test_whitespace_option_errors():
+    with pytest.raises(ValueError, match="one of pretty, compact, any"):
+        make_spec(schema={"type": "object"}, whitespace="tabs")
+    with pytest.raises(ValueError, match="contradicts"):
+        make_spec(schema={"type": "object"}, whitespace="pretty", any_whitespace=True)
+    assert make_spec(schema={"type": "object"}, whitespace="any", any_whitespace=True).options["whitespace"] == "any"
 
 
 def test_property_order_follows_schema(info, toy):
@@ -158,8 +176,12 @@ def test_property_order_follows_schema(info, toy):
     }
     assert feed(info, toy, '{"zeta":1,"alpha":2}', schema=schema)
     assert not feed(info, toy, '{"alpha":2,"zeta":1}', schema=schema)
-    m = matcher_for(info, schema=json.dumps(schema))  # JSON text keeps the order too
+    assert feed(info, toy, '{\n  "zeta": 1,\n  "alpha": 2\n}', schema=schema)
+    assert not feed(info, toy, '{\n  "alpha": 2,\n  "zeta": 1\n}', schema=schema)
+    m = matcher_for(info, schema=json.dumps(schema), whitespace="compact")  # JSON text keeps the order too
     assert m.jump_forward_string() == '{"zeta":'
+    # with whitespace allowed after "{", the grammar forces only the brace
+    assert matcher_for(info, schema=json.dumps(schema)).jump_forward_string() == "{"
 
 
 def test_strict_mode(info, toy):

@@ -236,18 +236,25 @@ def test_session_low_level_calls(tiny_model):
 
 
 @pytest.mark.model
-def test_qwen_extracts_shipping_address(qwen_model):
-    session = ConstrainedSession(qwen_model, schema=DATA / "address.schema.json")
+@pytest.mark.parametrize("whitespace", [None, "compact"])
+def test_qwen_extracts_shipping_address(qwen_model, whitespace):
+    """The default layout is the model's own pretty-printing (indent 2); "compact" forces `{"k":"v"}`
+    and, with no whitespace to choose, the keys and their punctuation are forced tokens."""
+    session = ConstrainedSession(qwen_model, schema=DATA / "address.schema.json", whitespace=whitespace)
     result = session.generate(
         "Extract the shipping address from this message as JSON: 'Hi, please ship my order to Jane Doe, "
         "42 Baker Street, London, postal code NW1 6XE, United Kingdom. Thanks!'",
         max_tokens=120,
     )
     assert result.valid and result.finish_reason == "stop", (result.text, result.errors)
-    assert result.forced_tokens >= 10  # the five keys and their punctuation are forced
     assert result.value["name"] == "Jane Doe"
     assert "42 Baker Street" in result.value["street"] and result.value["city"] == "London"
     assert result.value["postal_code"] == "NW1 6XE" and "United Kingdom" in result.value["country"]
+    if whitespace == "compact":
+        assert result.text == json.dumps(result.value, separators=(",", ":"), ensure_ascii=False)
+        assert result.forced_tokens >= 10  # the five keys and their punctuation
+    else:
+        assert result.text == json.dumps(result.value, indent=2, ensure_ascii=False)
 
 
 @pytest.mark.parametrize(
@@ -259,7 +266,9 @@ def test_added_token_text_inside_a_string_is_spelled_as_text(vocab, text, reques
     ordinary tokens: the mask allows a token that starts it and never an added token, and jump-forward
     completes it."""
     hf, info = request.getfixturevalue(f"{vocab}_tokenizer").hf, request.getfixturevalue(f"{vocab}_info")
-    spec = make_spec(schema={"type": "object", "properties": {"t": {"const": text}}, "required": ["t"]})
+    # compact, so the closing brace is forced too (a layout with whitespace leaves it open after the quote)
+    schema = {"type": "object", "properties": {"t": {"const": text}}, "required": ["t"]}
+    spec = make_spec(schema=schema, whitespace="compact")
     matcher = compile_grammar(spec, info).matcher()
     prefix = '{"t":"' + text[: text.index("<")]
     assert matcher.accept_tokens(hf.encode(prefix, add_special_tokens=False))

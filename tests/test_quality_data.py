@@ -1,12 +1,13 @@
 """The labelled extraction set (`benchmarks.extraction_data`) and its scorer (issue 27)."""
 
+import inspect
 import json
 import re
 
 import pytest
 
 from benchmarks.extraction_data import DOMAINS, FULL_PER_DOMAIN, examples, normalise, score
-from guided import check_json
+from guided import ConstrainedSession, check_json, make_spec
 
 
 def test_the_set_is_deterministic_and_a_sample_is_a_prefix_of_the_full_set():
@@ -92,7 +93,8 @@ def test_the_variant_marked_default_is_what_the_shipped_defaults_run():
     default = VARIANTS[default_variant()]
     assert default.constrained
     assert default.style == (SCHEMA_PROMPT_STYLE if SCHEMA_IN_PROMPT else None)
-    assert default.any_whitespace is False  # ConstrainedSession's any_whitespace default
+    assert default.whitespace == make_spec(schema={"type": "object"}).options["whitespace"]  # the shipped layout
+    assert inspect.signature(ConstrainedSession).parameters["whitespace"].default is None  # i.e. make_spec's
 
 
 def test_resume_keeps_only_comparable_answers(tmp_path):
@@ -103,6 +105,6 @@ def test_resume_keeps_only_comparable_answers(tmp_path):
     assert previous_records(str(out), args) == []
     records = [{"id": "invoice-000", "domain": "invoice", "variant": v} for v in ("constrained", "constrained+ws")]
     out.write_text(json.dumps({"args": {"seed": 0, "max_tokens": 192}, "records": records}))
-    assert previous_records(str(out), args) == records[:1]
+    assert previous_records(str(out), args) == records  # other variants' answers stay in the file
     with pytest.raises(SystemExit, match="ran with seed 0, max tokens 192"):
         main(["--resume", "--seed", "1", "--out", str(out)])  # refused before the model loads

@@ -89,12 +89,17 @@ CASES = {
 }
 
 
+# The tiny model has random weights: steered by logit_bias towards the values, it would still spend
+# its tokens on whitespace under the default layout, which is not what these tests check.
+COMPACT = {"whitespace": "compact"}
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_a_biased_violation_is_rolled_back(tiny_model, name):
     schema, texts = CASES[name]
-    session = ConstrainedSession(tiny_model, schema=schema)
+    session = ConstrainedSession(tiny_model, **COMPACT, schema=schema)
     assert session.compiled.validated, "the keyword should be enforced by validate-and-rollback"
-    plain = ConstrainedSession(tiny_model, schema=schema, lenient=True, max_retries=0)
+    plain = ConstrainedSession(tiny_model, **COMPACT, schema=schema, lenient=True, max_retries=0)
     pushed = plain.generate("x", max_tokens=40, logit_bias=bias(tiny_model, *texts))
     assert not pushed.valid, "the bias should push the generation into the violation"
     result = session.generate("x", max_tokens=40, logit_bias=bias(tiny_model, *texts))
@@ -111,7 +116,7 @@ def test_streamed_text_is_never_taken_back(tiny_model):
         },
         "required": ["name", "tags"],
     }
-    session = ConstrainedSession(tiny_model, schema=schema)
+    session = ConstrainedSession(tiny_model, **COMPACT, schema=schema)
     deltas = list(session.stream("x", max_tokens=40, logit_bias=bias(tiny_model, "red")))
     result = deltas[-1].result
     assert result.valid and result.stats.retries >= 1
@@ -124,11 +129,11 @@ def test_streamed_text_is_never_taken_back(tiny_model):
 
 def test_no_alternative_or_no_budget_ends_in_error(tiny_model):
     only_red = {"enum": ["red"], "not": {"const": "red"}}  # the grammar forces "red": nothing to retry
-    result = ConstrainedSession(tiny_model, schema=only_red).generate("x", max_tokens=10)
+    result = ConstrainedSession(tiny_model, **COMPACT, schema=only_red).generate("x", max_tokens=10)
     assert result.finish_reason == "error" and not result.valid
     assert "not at /" in result.error and "no sampled token" in result.error
     schema, texts = CASES["uniqueItems"]
-    result = ConstrainedSession(tiny_model, schema=schema, max_retries=0).generate(
+    result = ConstrainedSession(tiny_model, **COMPACT, schema=schema, max_retries=0).generate(
         "x", max_tokens=40, logit_bias=bias(tiny_model, *texts)
     )
     assert result.finish_reason == "error" and not result.valid and "uniqueItems" in result.error
@@ -156,7 +161,7 @@ def test_checked_values_follow_refs_and_items():
 def test_strategy_rollback_keeps_the_checker_in_step(tiny_model):
     """`ConstrainedDecodingStrategy.rollback` (the public call) also takes the tokens back from
     validate-and-rollback's view of the output."""
-    strategy = ConstrainedSession(tiny_model, schema=CASES["uniqueItems"][0]).strategy()
+    strategy = ConstrainedSession(tiny_model, **COMPACT, schema=CASES["uniqueItems"][0]).strategy()
     result = tiny_model.generate("x", strategy=strategy, max_tokens=40)
     planner = strategy.planner
     assert planner.answer == result.token_ids and bytes(planner.checker.text) == result.text.encode()
@@ -166,7 +171,7 @@ def test_strategy_rollback_keeps_the_checker_in_step(tiny_model):
 
 
 def test_the_report_labels_keywords_under_a_validated_one(tiny_model):
-    session = ConstrainedSession(tiny_model, schema={"enum": ["x", "y"], "not": {"enum": ["x"]}})
+    session = ConstrainedSession(tiny_model, **COMPACT, schema={"enum": ["x", "y"], "not": {"enum": ["x"]}})
     hows = {(e.keyword, e.pointer): e.how for e in session.enforcement}
     assert hows == {
         ("enum", "/enum"): "grammar",
@@ -179,7 +184,9 @@ def test_the_enforcement_header_stays_small(tiny_model):
     from coreai.server.constraints import MAX_HEADER_ENTRIES, enforcement_headers
 
     many = {f"p{i}": {"type": "array", "uniqueItems": True} for i in range(100)}
-    header = enforcement_headers(ConstrainedSession(tiny_model, schema={"type": "object", "properties": many}))
+    header = enforcement_headers(
+        ConstrainedSession(tiny_model, **COMPACT, schema={"type": "object", "properties": many})
+    )
     value = header["x-coreai-enforcement"]
     assert value.count("validate-and-rollback uniqueItems") == MAX_HEADER_ENTRIES
     assert value.endswith(f"and {100 - MAX_HEADER_ENTRIES} more (coreai check-schema lists them all)")

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guided.schema.pointer import local_ref, parse_pointer, path_of, pointer, resolve_local_ref, resolve_pointer
-from guided.spec import make_spec
+from guided.spec import GrammarSpec, make_spec
 
 # RFC 6901 section 5's document and its pointers.
 RFC_DOC = {"foo": ["bar", "baz"], "": 0, "a/b": 1, "c%d": 2, "e^f": 3, "g|h": 4, "i\\j": 5, 'k"l': 6, " ": 7, "m~n": 8}
@@ -63,10 +63,15 @@ def test_local_refs():
 
 
 def test_lenient_form_keeps_the_options():
-    spec = make_spec(schema={"type": "array", "uniqueItems": True}, any_whitespace=True, strict=False)
+    spec = make_spec(schema={"type": "array", "uniqueItems": True}, whitespace="any", strict=False)
     lenient = spec.as_lenient()
     assert lenient.lenient and lenient.schema == spec.schema
-    assert lenient.options == {"any_whitespace": True, "strict": False, "lenient": True}
+    assert lenient.options == {"whitespace": "any", "strict": False, "lenient": True}
+    assert make_spec(schema={"type": "array", "uniqueItems": True}).as_lenient().options["whitespace"] == "pretty"
+    old = GrammarSpec(
+        spec.kind, spec.grammar, spec.schema, {"any_whitespace": False, "strict": True}
+    )  # an old journal's
+    assert old.as_lenient().options == {"whitespace": "compact", "strict": True, "lenient": True}
     assert lenient.as_lenient() is lenient
     with pytest.raises(ValueError, match="no lenient form"):
         make_spec(regex="a+").as_lenient()

@@ -55,6 +55,14 @@ def tiny(tiny_model):
 
 
 @pytest.fixture(scope="module")
+def tiny_compact(tiny_model):
+    """A server whose JSON answers are compact (`coreai serve --whitespace compact`): the random tiny
+    model, steered by a logit bias, would otherwise spend its tokens on whitespace."""
+    with serve(tiny_model, model_name="tiny", max_tokens=480, temperature=0.0, whitespace="compact") as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
 def tiny_strict(slow_tiny_model):
     """One request at a time with no waiting room (max_batch 1, max_queue 0), an API key and a 2 KiB body
     bound, on the slowed tiny model (its long generations outlast a client's 1 s timeout)."""
@@ -1268,10 +1276,11 @@ UNIQUE = {
 }
 
 
-def test_validate_and_rollback_through_the_server(tiny, tiny_model):
+def test_validate_and_rollback_through_the_server(tiny_compact, tiny_model):
     """uniqueItems (beyond the grammar) is enforced by validate-and-rollback: a logit bias toward
     "red" makes the model repeat it, and the reply is still valid, streamed or not; the response
-    header says how each keyword was enforced."""
+    header says how each keyword was enforced. The server's whitespace setting reaches the grammar."""
+    tiny = tiny_compact
     red = {str(t): 40 for text in ("red", '"red') for t in tiny_model.tokenizer.encode(text, add_special_tokens=False)}
     kwargs = dict(
         model="tiny",
@@ -1286,6 +1295,7 @@ def test_validate_and_rollback_through_the_server(tiny, tiny_model):
     assert r.choices[0].finish_reason == "stop"
     value = json.loads(r.choices[0].message.content)
     jsonschema.validate(value, UNIQUE)
+    assert r.choices[0].message.content == json.dumps(value, separators=(",", ":"))  # compact, as configured
     chunks = list(client(tiny).chat.completions.create(stream=True, **kwargs))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert json.loads(text) == value

@@ -195,5 +195,7 @@ def test_a_pydantic_answer_beside_tools(tiny_model):
     calls = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="required", schema=Mood, parallel_tool_calls=False)
     result = calls.generate(USER, max_tokens=60)
     assert result.valid and result.tool_calls and result.parsed is None, result.errors
-    answer = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="none", schema=Mood).generate(USER, max_tokens=30)
+    # compact: the random tiny model would spend its 30 tokens on whitespace under the default layout
+    only_json = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="none", schema=Mood, whitespace="compact")
+    answer = only_json.generate(USER, max_tokens=30)
     assert answer.valid and answer.parsed == Mood.model_validate_json(answer.content), answer.errors

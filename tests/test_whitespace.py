@@ -1,6 +1,7 @@
-"""`any_whitespace=True` bounds runs of whitespace between JSON tokens (at most 2 line breaks, then
-at most 64 spaces/tabs), so a model cannot spend its budget on whitespace, while pretty-printed JSON
-(indent 2 or 4, tabs, nested 10 levels and more) stays valid. Real Qwen and Gemma tokenizers."""
+"""Whitespace between JSON tokens is bounded under every layout, so a model cannot spend its budget
+on whitespace, while pretty-printed JSON stays valid. The default ("pretty"): nothing, one space, or
+one line break and at most 20 spaces/tabs; "any" (`any_whitespace=True`): at most 2 line breaks, with
+at most 64 spaces/tabs around them. Real Qwen and Gemma tokenizers."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ def tok_info(request, qwen_tokenizer, gemma_tokenizer):
     return tok, get_tokenizer_info(tok.hf, width, tok.eos_ids)
 
 
-def accepts(tok_info, schema, text: str) -> bool:
+def accepts(tok_info, schema, text: str, **options) -> bool:
     tok, info = tok_info
-    matcher = compile_grammar(make_spec(schema=schema, any_whitespace=True), info).matcher()
+    matcher = compile_grammar(make_spec(schema=schema, **(options or {"any_whitespace": True})), info).matcher()
     return matcher.accept_tokens(tok.hf.encode(text, add_special_tokens=False)) and matcher.is_accepting()
 
 
@@ -56,3 +57,28 @@ def test_pretty_printed_json_stays_valid(tok_info, indent):
     value = nested(12)
     assert accepts(tok_info, {"type": "object"}, json.dumps(value, indent=indent))
     assert accepts(tok_info, SCHEMA, '{ "name" : "Ann" ,\r\n  "age" : 3 }')
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name":"Ann",\n\n"age":3}',  # a blank line
+        '{"name":"Ann",\n' + " " * 21 + '"age":3}',  # indentation past the bound
+        '{"name":"Ann"\n  \n' + " " * 64 + ',"age":3}',  # the run "any" let through (docs/quality.md)
+        '{"name":"Ann", \n"age":3}',  # a space, then a line break
+        '{"name":  "Ann","age":3}',  # two spaces
+    ],
+)
+def test_default_layout_refuses_more_than_a_pretty_printer_writes(tok_info, text):
+    assert not accepts(tok_info, SCHEMA, text, whitespace="pretty")
+    assert not accepts(tok_info, SCHEMA, text, whitespace="compact")
+
+
+@pytest.mark.parametrize("indent", [None, 2, 4, "\t"])
+def test_default_layout_takes_pretty_printed_json(tok_info, indent):
+    value = {"name": "Ann", "age": 3}
+    assert accepts(tok_info, SCHEMA, json.dumps(value, indent=indent), whitespace="pretty")
+    assert accepts(tok_info, SCHEMA, json.dumps(value, separators=(",", ":")), whitespace="pretty")
+    deep = json.dumps(nested(4), indent=indent)  # 9 levels: 36 spaces at indent 4
+    assert accepts(tok_info, {"type": "object"}, deep, whitespace="pretty") == (indent in (None, 2, "\t"))
+    assert accepts(tok_info, {"type": "object"}, json.dumps(nested(4)), whitespace="pretty")  # any depth on one line

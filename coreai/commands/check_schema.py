@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from coreai.commands.common import add_whitespace_arg
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -20,11 +22,7 @@ def register(sub) -> None:
         "--model", default=None, help="registry name, MLX folder or repo id whose tokenizer to use (default: embedded)"
     )
     p.add_argument("--cache-dir", help="cache root (default: $COREAI_HOME or ~/.cache/coreai)")
-    p.add_argument(
-        "--any-whitespace",
-        action="store_true",
-        help="allow JSON whitespace between tokens, within bounds (default: compact, no whitespace)",
-    )
+    add_whitespace_arg(p)
     p.add_argument("--no-strict", action="store_true", help="allow properties the schema does not declare")
     p.add_argument("--lenient", action="store_true", help="list what cannot be enforced instead of refusing")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -38,9 +36,7 @@ def run(args) -> int:
     from guided.enforcement import enforcement, summary
     from runtime import Tokenizer
 
-    spec = make_spec(
-        schema=args.schema, any_whitespace=args.any_whitespace, strict=not args.no_strict, lenient=args.lenient
-    )
+    spec = make_spec(schema=args.schema, whitespace=args.whitespace, strict=not args.no_strict, lenient=args.lenient)
     folder = resolve(args.model or DEFAULT_MODEL, args.cache_dir)
     config = json.loads((folder / "config.json").read_text())
     tokenizer = Tokenizer(folder, config)

@@ -50,6 +50,23 @@ def add_sampling_args(p) -> None:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
 
 
+def add_whitespace_arg(p, what: str = "") -> None:
+    """`--whitespace pretty|compact|any` (`guided.spec.WHITESPACES`) and the older `--any-whitespace`,
+    which means `--whitespace any`; both land in `args.whitespace` (None: the session's default)."""
+    from guided.spec import DEFAULT_WHITESPACE, WHITESPACES
+
+    p.add_argument(
+        "--whitespace",
+        choices=WHITESPACES,
+        help=what + "the JSON layout: pretty (nothing, one space, or one line break and up to 20 spaces of "
+        'indentation between tokens), compact ({"a":1}) or any (up to 2 line breaks and 64 spaces) '
+        f"(default: {DEFAULT_WHITESPACE}, docs/quality.md)",
+    )
+    p.add_argument(
+        "--any-whitespace", dest="whitespace", action="store_const", const="any", help="the same as --whitespace any"
+    )
+
+
 def add_grammar_args(p) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--schema", help="JSON Schema file, or inline JSON, the output must match")
@@ -57,11 +74,7 @@ def add_grammar_args(p) -> None:
     g.add_argument("--regex", help="regular expression the output must match")
     g.add_argument("--choice", action="append", help="one allowed output (repeatable)")
     g.add_argument("--grammar", type=Path, help="Lark (.lark) or GBNF (.gbnf) grammar file")
-    p.add_argument(
-        "--any-whitespace",
-        action="store_true",
-        help="allow JSON whitespace between tokens, within bounds (default: compact, no whitespace)",
-    )
+    add_whitespace_arg(p)
     p.add_argument("--no-strict", action="store_true", help="allow properties the schema does not declare")
     p.add_argument(
         "--lenient", action="store_true", help="compile what can be enforced; check the rest after generation"
@@ -128,7 +141,7 @@ def constrained_session(model, args):
     from guided import ConstrainedSession
 
     options = dict(
-        any_whitespace=args.any_whitespace,
+        whitespace=args.whitespace,
         strict=not args.no_strict,
         lenient=args.lenient,
         max_reasoning_tokens=args.max_reasoning_tokens,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from guided.spec import WHITESPACES
 from runtime import SamplingParams
 from runtime.errors import ParameterError
 from runtime.sampling import check_max_tokens
@@ -32,6 +33,9 @@ class ServerConfig:
     schema_in_prompt: the schema of a JSON `response_format` / `structured_outputs.json` said in words
         at the start of the system message (`ConstrainedSession.prompt`); None: the session's default
         (`guided.schema_prompt.SCHEMA_IN_PROMPT`). A request's `schema_in_prompt` overrides it.
+    whitespace: the JSON layout of `response_format` / `structured_outputs.json` answers, one of
+        `guided.spec.WHITESPACES` ("pretty", "compact", "any"); None: the session's default
+        (`guided.spec.DEFAULT_WHITESPACE`).
 
     Raises `runtime.errors.ParameterError` (a ValueError naming the field in `param`) for a setting
     out of range, the sampling defaults included.
@@ -49,6 +53,7 @@ class ServerConfig:
     grammar_journal: str | None = None
     shutdown_timeout: float = 5.0
     schema_in_prompt: bool | None = None
+    whitespace: str | None = None
 
     def __post_init__(self):
         # The defaults go through the checks a request's values go through: out of range, every
@@ -65,3 +70,7 @@ class ServerConfig:
         for name, least in bounds:
             if not getattr(self, name) >= least:
                 raise ParameterError(f"{name} must be >= {least}, got {getattr(self, name)!r}", name)
+        if self.whitespace is not None and self.whitespace not in WHITESPACES:
+            raise ParameterError(
+                f"whitespace must be one of {', '.join(WHITESPACES)}, got {self.whitespace!r}", "whitespace"
+            )

@@ -39,16 +39,21 @@ class Constraint:
 class Constraints:
     """Builds `Constraint`s for one model. `tokenizer` is the grammar engine's view of the model's
     tokenizer, or None when the engine cannot use it (then every constrained request is a 400).
-    `cache`: the compiled grammars of this server (its own, not the process-wide default)."""
+    `cache`: the compiled grammars of this server (its own, not the process-wide default).
+    `whitespace`: the JSON layout of `response_format` / `structured_outputs.json` answers
+    (`guided.spec.WHITESPACES`; None: the session's default); tool calls keep their format's own."""
 
-    def __init__(self, model: Model, tokenizer: TokenizerInfo | None, cache: GrammarCache):
+    def __init__(self, model: Model, tokenizer: TokenizerInfo | None, cache: GrammarCache, whitespace=None):
         self.model = model
         self.tokenizer = tokenizer
         self.cache = cache
+        self.whitespace = whitespace
 
     def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
+        if self.whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer (or
+            options["whitespace"] = self.whitespace  # a tool's parameters, compiled alone to check them)
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:

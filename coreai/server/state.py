@@ -91,7 +91,7 @@ class ServerState:
             name=name,
             card=o.ModelCard(id=name, created=int(time.time())),
             worker=Worker(config.max_queue, config.max_batch, engine),
-            preparer=Preparer(model, config, Constraints(model, info, cache)),
+            preparer=Preparer(model, config, Constraints(model, info, cache, config.whitespace)),
             grammar_cache=cache,
             warmup=warmup,
         )
