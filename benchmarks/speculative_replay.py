@@ -49,6 +49,17 @@ the measured 247 ms at w = 2 is raised to w = 1's: a wider pass is not cheaper).
 REPLAY_CASES = ("invoice", "order", "fly_to")
 
 
+def pass_counts(result) -> dict:
+    """A `GenerationResult`'s tokens, forward passes, tokens per pass, drafted and accepted tokens."""
+    return dict(
+        tokens=len(result.token_ids),
+        passes=result.forward_passes,
+        tokens_per_pass=result.tokens_per_pass,
+        drafted=result.drafted_tokens,
+        accepted=result.accepted_tokens,
+    )
+
+
 def pass_ms(width: int, table: dict = IDLE_CPU_MS) -> float:
     """Linear interpolation of `table` ({width: ms}) at `width` tokens; past the widest, its slope."""
     points = sorted(table.items())
@@ -177,11 +188,7 @@ def replay(model, messages, schema, target: list[int], drafter, policy: str = "c
             seq.emit()
     result = seq.result()
     return dict(
-        tokens=len(result.token_ids),
-        passes=result.forward_passes,
-        tokens_per_pass=result.tokens_per_pass,
-        drafted=result.drafted_tokens,
-        accepted=result.accepted_tokens,
+        **pass_counts(result),
         identical=result.token_ids == target,
         draft_lengths=lengths,
     )
@@ -220,14 +227,7 @@ def real_run(model, messages, schema, max_tokens: int, drafter) -> dict:
         model.network, model.tokenizer, ids, session.strategy(), max_tokens=max_tokens, drafter=drafter
     )
     result = [d for d in stream][-1].result
-    return dict(
-        tokens=len(result.token_ids),
-        passes=result.forward_passes,
-        tokens_per_pass=result.tokens_per_pass,
-        drafted=result.drafted_tokens,
-        accepted=result.accepted_tokens,
-        token_ids=result.token_ids,
-    )
+    return dict(**pass_counts(result), token_ids=result.token_ids)
 
 
 def main(argv=None) -> dict:

@@ -182,16 +182,17 @@ class ConstrainedSession:
 
     def prompt(self, prompt, chat_template: bool = True):
         """`prompt` as this session sends it: with `schema_in_prompt`, chat messages (or text, which
-        becomes a user message) get the schema's description at the start of their system message (see
-        `guided.schema_prompt.with_schema_description`), and text sent without a chat template gets it
-        as a first paragraph; token ids, and every prompt without `schema_in_prompt`, are unchanged."""
+        becomes a user message) get the schema's description at the start of their system message
+        (`guided.schema_prompt.with_schema_description`; the full "schema" style beside tools), text
+        without a chat template as a first paragraph; token ids and other prompts are unchanged."""
         if not self.schema_in_prompt or not prompt or not isinstance(prompt, (str, list, tuple)):
             return prompt
         schema = self.json_spec.schema if self.json_spec.schema is not None else {"type": "object"}
+        style = "schema" if self.tools is not None else None  # beside tools: call or answer, so the whole shape
         if isinstance(prompt, str) and not (chat_template and self.model.tokenizer.has_chat_template):
-            return f"{describe_schema(schema)}\n\n{prompt}"
+            return f"{describe_schema(schema, style)}\n\n{prompt}"
         if isinstance(prompt, str) or all(isinstance(m, dict) for m in prompt):
-            return with_schema_description(prompt, schema)
+            return with_schema_description(prompt, schema, style)
         return prompt  # token ids: the caller rendered the prompt
 
     def plan(self, prompt_ids: list[int], chat_template_kwargs: dict | None = None) -> ReasoningPlan | None:

@@ -31,8 +31,8 @@ from guided.tool_syntax import (
     HERMES_OPEN,
     NEWLINE,
     Pieces,
-    _is_text,
     in_order,
+    is_text,
     pythonic_rules,
     qwen3_coder_rules,
     read_pythonic,
@@ -166,9 +166,9 @@ def _glm45(p: Pieces) -> str:
         for k, v in tool.parameters.get("properties", {}).items():
             if "<" in k or "\n" in k:
                 raise ValueError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <arg_key>{k}</arg_key>")
-            if _is_text(v) and ("enum" in v or "const" in v):
+            if is_text(v) and ("enum" in v or "const" in v):
                 value = "(" + " | ".join(json.dumps(w) for w in ([v["const"]] if "const" in v else v["enum"])) + ")"
-            elif _is_text(v):
+            elif is_text(v):
                 value = "GSTR?"
             else:
                 value = f"%json {json.dumps({**v, 'x-guidance': CALL_JSON_STYLE}, ensure_ascii=False)}"
@@ -192,7 +192,7 @@ def read_glm45(text: str, tools: dict) -> tuple[str, dict] | None:
         middle = body.find(opening, pos)
         key, pos = body[pos + len(GLM_KEY) : middle], middle + len(opening)
         try:
-            if _is_text(properties.get(key)):
+            if is_text(properties.get(key)):
                 end = body.index(closing, pos)
                 args[key] = body[pos:end]
             else:

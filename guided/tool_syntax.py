@@ -154,7 +154,7 @@ _XML_FUNCTION = re.compile(r"<function=([^>\n]+)>\n")
 _XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n")
 
 
-def _is_text(schema) -> bool:
+def is_text(schema) -> bool:
     """Whether the template writes this parameter's values as raw text (strings), not JSON."""
     if not isinstance(schema, dict):
         return False
@@ -175,10 +175,10 @@ def qwen3_coder_rules(p: Pieces) -> str:
         for k, v in tool.parameters.get("properties", {}).items():
             if ">" in k or "\n" in k:
                 raise ValueError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <parameter={k}>")
-            if _is_text(v) and ("enum" in v or "const" in v):
+            if is_text(v) and ("enum" in v or "const" in v):
                 words = [v["const"]] if "const" in v else v["enum"]
                 value = "(" + " | ".join(json.dumps(w) for w in words) + f") {end}"
-            elif _is_text(v):
+            elif is_text(v):
                 value = "xstr"  # raw text up to the first "\n</parameter>\n", which it includes (lazy)
             else:
                 value = f"%json {json.dumps({**v, 'x-guidance': CALL_JSON_STYLE}, ensure_ascii=False)} {end}"
@@ -204,7 +204,7 @@ def read_qwen3_coder(text: str, tools: dict) -> tuple[str, dict] | None:
             return None
         key, raw = parameter.group(1), text[parameter.end() : end]
         try:
-            args[key] = raw if _is_text(properties.get(key)) else json.loads(raw)
+            args[key] = raw if is_text(properties.get(key)) else json.loads(raw)
         except json.JSONDecodeError:
             return None
         position = end + len(PARAM_END)

@@ -227,7 +227,7 @@ def test_bench_guided_on_the_real_model(qwen_model, tmp_path, capsys, monkeypatc
                 "--prompt",
                 "Give n = 7 as JSON.",
                 "-g",
-                "8",
+                "16",  # the pretty layout writes `{\n  "n": 7\n}`: more tokens than compact
                 "-n",
                 "1",
                 "--output-json",
@@ -238,7 +238,7 @@ def test_bench_guided_on_the_real_model(qwen_model, tmp_path, capsys, monkeypatc
     )
     assert "jump_forward" in capsys.readouterr().out
     report = json.loads(out.read_text())
-    assert report["versions"]["llguidance"] and report["max_tokens"] == 8 and report["repeats"] == 1
+    assert report["versions"]["llguidance"] and report["max_tokens"] == 16 and report["repeats"] == 1
     (case,) = report["cases"]
     assert not case["errors"] and set(case["median"]) == {"unconstrained", "mlx_lm", "jump_forward", "no_jump_forward"}
     for name in ("jump_forward", "no_jump_forward"):
@@ -298,7 +298,7 @@ def test_generate_with_tools_prints_the_calls(tiny_model_dir, tmp_path, capsys):
     call = json.loads(out[0])
     assert call["name"] == "toggle"
     jsonschema.validate(call["arguments"], parameters)
-    for bad in (["--schema", "{}"], []):
+    for bad in (["--regex", "a+"], []):
         path = tools if bad else tmp_path / "missing.json"
         code = main(["generate", "no-such-model", "--prompt", "x", "--tools", str(path), *bad])
         assert code != 0 and "--tools" in capsys.readouterr().err
@@ -322,3 +322,22 @@ def test_generate_with_tools_keeps_the_complete_calls_when_max_tokens_cuts_one(t
     out = captured.out.strip().splitlines()  # greedy, the tiny model repeats the call (mostly jump-forward)
     assert code == 0 and len(out) == 2 and all(json.loads(line)["name"] == "toggle" for line in out), captured
     assert "cut by --max-tokens" in captured.err and "<tool_call>" not in captured.out
+
+
+def test_generate_with_tools_and_schema_answers_in_the_schema(tiny_model_dir, tmp_path, capsys):
+    """`--tools` with `--schema`: the schema constrains the text answer (as the library and the
+    server do); under `--tool-choice none` the answer is the only branch, printed as JSON."""
+    import jsonschema
+
+    tools = tmp_path / "tools.json"
+    toggle = {"name": "toggle", "parameters": {"type": "object"}}
+    tools.write_text(json.dumps([{"type": "function", "function": toggle}]))
+    schema = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]}
+    schema["additionalProperties"] = False
+    code = main(
+        ["generate", str(tiny_model_dir), "--prompt", "Is it on?", "--tools", str(tools), "--tool-choice", "none"]
+        + ["--schema", json.dumps(schema), "--whitespace", "compact", "--max-tokens", "40", "--temperature", "0"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    jsonschema.validate(json.loads(captured.out.strip()), schema)

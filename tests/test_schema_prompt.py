@@ -20,7 +20,7 @@ INVOICE = {
 
 
 def test_object_properties_in_order_with_formats_enums_ranges_and_optional_marks():
-    assert describe_schema(INVOICE) == "\n".join(
+    assert describe_schema(INVOICE, "schema") == "\n".join(
         [
             "Respond with only a JSON object with these keys, in this order:",
             '- "vendor" (string): the company that issued the invoice',
@@ -46,7 +46,7 @@ def test_nested_objects_and_arrays_of_objects_are_indented():
         },
         "required": ["address", "items", "tags"],
     }
-    assert describe_schema(schema).splitlines()[1:] == [
+    assert describe_schema(schema, "schema").splitlines()[1:] == [
         '- "address" (object):',
         '  - "city" (string)',
         '- "items" (array of objects with these keys, at least 1 item):',
@@ -75,7 +75,7 @@ def test_nested_objects_and_arrays_of_objects_are_indented():
     ],
 )
 def test_single_values(schema, expected):
-    assert describe_schema(schema).startswith(f"Respond with only {expected}")
+    assert describe_schema(schema, "schema").startswith(f"Respond with only {expected}")
 
 
 def test_local_refs_are_followed_and_recursion_is_named_not_expanded():
@@ -85,12 +85,12 @@ def test_local_refs_are_followed_and_recursion_is_named_not_expanded():
         },
         "$ref": "#/$defs/node",
     }
-    assert describe_schema(schema).splitlines()[1:] == [
+    assert describe_schema(schema, "schema").splitlines()[1:] == [
         '- "child" (a value like node, optional)',
         '- "n" (integer, optional)',
     ]
     root = {"type": "object", "properties": {"next": {"$ref": "#"}}}
-    lines = describe_schema(root).splitlines()
+    lines = describe_schema(root, "schema").splitlines()
     assert lines[1] == '- "next" (object, optional):'
     assert lines[2] == '  - "next" (a value like the top-level value, optional)'
 
@@ -99,12 +99,12 @@ def test_deep_nesting_is_bounded():
     schema: dict = {"type": "string"}
     for _ in range(50):
         schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
-    assert len(describe_schema(schema).splitlines()) < 12
+    assert len(describe_schema(schema, "schema").splitlines()) < 12
 
 
 def test_root_description_follows_the_lead_line():
     schema = {"type": "object", "description": "An invoice.", "properties": {"n": {"type": "string"}}}
-    assert describe_schema(schema).splitlines()[:2] == [
+    assert describe_schema(schema, "schema").splitlines()[:2] == [
         "Respond with only a JSON object with these keys, in this order:",
         "An invoice.",
     ]
@@ -196,11 +196,14 @@ def test_session_puts_the_description_in_the_prompt_it_sends(tiny_model):
     assert off.generate(chat, max_tokens=4).usage.prompt_tokens == len(tiny_model.prompt_ids(chat))
 
 
-def test_json_object_is_described_and_other_constraints_refuse_the_option(tiny_model):
+def test_json_object_gets_no_hints_and_other_constraints_refuse_the_option(tiny_model):
     from guided import ConstrainedSession
 
+    # The shipped style ("hints") says only what the grammar fixes and a model could not guess: for
+    # json_object nothing, so the prompt is sent as the user's message alone.
     session = ConstrainedSession(tiny_model, json_object=True, schema_in_prompt=True)
-    assert session.prompt("Doc")[0] == {"role": "system", "content": "Respond with only a JSON object."}
+    assert session.prompt("Doc") == [{"role": "user", "content": "Doc"}]
+    assert describe_schema(session.json_spec.schema, "schema") == "Respond with only a JSON object."
     with pytest.raises(ValueError, match="schema_in_prompt needs a JSON Schema"):
         ConstrainedSession(tiny_model, regex="[0-9]+", schema_in_prompt=True)
     assert ConstrainedSession(tiny_model, regex="[0-9]+").prompt("Doc") == "Doc"  # the default leaves it alone

@@ -19,7 +19,7 @@ from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
 from guided import ConstrainedSession
 from guided.errors import UnsupportedSchemaFeature
-from tests.tool_defs import TOGGLE, UNIT
+from tests.tool_defs import TOGGLE, UNIT, track
 
 USER = [{"role": "user", "content": "Hi"}]
 ANSWER = {
@@ -74,14 +74,7 @@ def test_a_bare_json_call_is_a_call_and_an_answer_is_content(tiny_model):
     ll = session.tokenizer_info.ll_tokenizer
     cases = [('{"name": "toggle", "arguments": {"on": true}}', ["toggle"]), ('{"mood":"sad","score":2}', [])]
     for text, calls in cases:
-        ids = ll.tokenize_str(text)
-        tracker = session.tracker()
-        tracker.start = 0
-        labels = []
-        for t in ids:
-            out = tracker.feed([t])
-            labels[len(labels) - (len(out) - 1) :] = out
-        found, _ = tracker.result(len(ids))
+        found, labels = track(session, ll.tokenize_str(text))
         assert [c.name for c in found] == calls
         assert (None in labels) == (not calls) and (set(labels) == {None} or not any(x is None for x in labels))
 

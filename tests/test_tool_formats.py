@@ -16,7 +16,7 @@ from guided.errors import UnsupportedSchemaFeature
 from guided.tool_formats import FORMATS
 from guided.toolcalls import CallStream
 from runtime import load_model
-from tests.tool_defs import SEARCH, TOGGLE, UNIT
+from tests.tool_defs import SEARCH, TOGGLE, UNIT, track
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (SEARCH, UNIT, TOGGLE)}
 USER = [{"role": "user", "content": "Hi"}]
@@ -185,13 +185,7 @@ def _forced(session, text: str):
     ids = _ids(session, text)
     matcher = session.compiled.matcher()
     accepted = matcher.accept_tokens(ids) and matcher.is_accepting()
-    tracker = session.tracker()
-    tracker.start = 0
-    labels = []
-    for t in ids:
-        out = tracker.feed([t])
-        labels[len(labels) - (len(out) - 1) :] = out
-    calls, _ = tracker.result(len(ids))
+    calls, labels = track(session, ids)
     hf = session.model.tokenizer.hf
     parts = [(label, hf.decode([t])) for t, label in zip(ids, labels)]
     stream = CallStream(session.tools)

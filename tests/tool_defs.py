@@ -26,3 +26,16 @@ TOGGLE = {
         "parameters": {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]},
     },
 }
+
+
+def track(session, ids: list[int]) -> tuple[list, list]:
+    """Feed token ids one by one to a fresh call tracker of `session`, as the decode loop does:
+    (the calls found, one channel label per token; a feed may relabel tokens it held)."""
+    tracker = session.tracker()
+    tracker.start = 0
+    labels = []
+    for t in ids:
+        out = tracker.feed([t])
+        labels[len(labels) - (len(out) - 1) :] = out
+    calls, _ = tracker.result(len(ids))
+    return calls, labels

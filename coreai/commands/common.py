@@ -136,19 +136,25 @@ def check_grammar_args(args) -> None:
         raise ValueError("--schema-in-prompt needs --schema or --json-object")
 
 
-def constrained_session(model, args):
-    """A `ConstrainedSession` for the grammar options given, or None when there are none."""
-    from guided import ConstrainedSession
-
+def session_options(args) -> dict:
+    """The `ConstrainedSession` options the grammar flags give (whitespace, strict, lenient, ...)."""
+    check_grammar_args(args)
     options = dict(
         whitespace=args.whitespace,
         strict=not args.no_strict,
         lenient=args.lenient,
         max_reasoning_tokens=args.max_reasoning_tokens,
     )
-    check_grammar_args(args)
     if args.schema or args.json_object:
         options["schema_in_prompt"] = args.schema_in_prompt
+    return options
+
+
+def constrained_session(model, args):
+    """A `ConstrainedSession` for the grammar options given, or None when there are none."""
+    from guided import ConstrainedSession
+
+    options = session_options(args)
     if args.schema:  # inline JSON or a file path: `guided.spec.load_schema` tells them apart
         return ConstrainedSession(model, schema=args.schema, **options)
     if args.json_object:

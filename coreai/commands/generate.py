@@ -99,8 +99,8 @@ def cut_calls(tools, result) -> bool:
 def read_tools(args) -> list:
     """The --tools file's list of tools; ValueError (before the model loads) for a bad file or flags
     that do not go with tools."""
-    if any(getattr(args, k) for k in ("schema", "json_object", "regex", "choice", "grammar")):
-        raise ValueError("--tools cannot be combined with --schema / --json-object / --regex / --choice / --grammar")
+    if any(getattr(args, k) for k in ("regex", "choice", "grammar")):
+        raise ValueError("--tools cannot be combined with --regex, --choice or --grammar (--schema can)")
     try:
         tools = json.loads(args.tools.read_text())
     except (OSError, ValueError) as exc:
@@ -111,7 +111,8 @@ def read_tools(args) -> list:
 
 
 def tools_session(model, tools: list, args):
-    """The `ConstrainedSession` of --tools: `--tool-choice` auto / required / none or a function name."""
+    """The `ConstrainedSession` of --tools: `--tool-choice` auto / required / none or a function name;
+    `--schema` / `--json-object` constrain the text answer beside the calls."""
     from guided import ConstrainedSession
 
     choice = args.tool_choice or "auto"
@@ -121,6 +122,8 @@ def tools_session(model, tools: list, args):
         model,
         tools=tools,
         tool_choice=choice,
+        schema=args.schema or None,
+        json_object=bool(args.json_object),
         parallel_tool_calls=not args.no_parallel_tool_calls,
-        max_reasoning_tokens=args.max_reasoning_tokens,
+        **common.session_options(args),
     )
