@@ -163,11 +163,12 @@ def test_responses_text_format_beside_tools(tiny):
 
 
 def test_the_answer_schema_is_described_in_the_prompt(tiny_model, tiny):
-    """schema_in_prompt describes the answer's schema beside tools (as for a response format alone)."""
+    """schema_in_prompt describes the answer's whole schema beside tools (the "schema" style, not the
+    default hints: the model chooses between a call and the answer, so it must know the answer's shape)."""
     from guided.schema_prompt import describe_schema
 
     session = ConstrainedSession(tiny_model, tools=[UNIT], schema=ANSWER, schema_in_prompt=True)
-    assert describe_schema(ANSWER) in session.prompt(USER)[0]["content"]
+    assert describe_schema(ANSWER, "schema") in session.prompt(USER)[0]["content"]
     required = ConstrainedSession(tiny_model, tools=[UNIT], tool_choice="required", schema=ANSWER)
     assert not required.schema_in_prompt  # calls only: the answer's format is not used
     body = dict(model="tiny", messages=USER, tools=[UNIT], response_format=FORMAT, max_tokens=1)
