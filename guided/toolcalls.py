@@ -176,6 +176,8 @@ class CallTracker:
         return MARKUP
 
     def _starts_call(self, data: bytes) -> bool:
+        if not data.strip():  # whitespace (after the last call, before the end) starts no call in any format
+            return False
         return self.format.starts_call(data) if self.format is not None else b"{" in data
 
     def _label_text(self, token: int) -> str | None:

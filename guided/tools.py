@@ -184,7 +184,10 @@ def tool_grammar(
         raise ValueError(f"tool_format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if mode not in MODES:
         raise ValueError(f"tool mode must be one of {', '.join(MODES)}, got {mode!r}")
-    head = "%llguidance {}\nNL: /\\n\\n?/\n"
+    # TAIL: bounded whitespace after the last call, before the end (Qwen writes a newline after
+    # `</tool_call>`; without TAIL the newline could only start another call). It overlaps NL, the
+    # separator before the next call: llguidance's lexer keeps both, the parser takes the one that goes on.
+    head = "%llguidance {}\nNL: /\\n\\n?/\nTAIL: /[ \\t]{0,4}\\n\\n?|[ \\t]{1,4}/\n"
     body = json.dumps(call_schema(tools, args_key(fmt)), ensure_ascii=False)
     capture = f'call_json[capture="{APPEND}call_json"]: %json {body}\n'
     f = FORMATS[fmt]
@@ -201,7 +204,7 @@ def tool_grammar(
             rules += answer_json
         else:
             rules += 'answer: "{\\"response\\": " response "}"\nresponse[capture]: %json {"type": "string"}\n'
-        return head + f"start: calls{' | answer' if mode == 'auto' else ''}\n" + rules + capture, []
+        return head + f"start: calls TAIL?{' | answer' if mode == 'auto' else ''}\n" + rules + capture, []
     pieces = Pieces(tools, parallel, refs)
     triggers = f.triggers(pieces)
     if mode == "none":
@@ -217,21 +220,21 @@ def tool_grammar(
             raise ValueError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'")
     rules = f.rules(pieces)
     if mode == "required":
-        return head + "start: calls\n" + rules + capture, []
+        return head + "start: calls TAIL?\n" + rules + capture, []
     # auto: text (or the answer's JSON), or calls. At the output's start the format's own calls, or
     # the JSON calls small models write (`json_text_forms`); text may not start as those do. A
     # special-token opener after text starts the calls.
-    options = ["answer_json" if answer_json else "TEXT", "calls"]
+    options = ["answer_json" if answer_json else "TEXT", "calls TAIL?"]
     if f.json_text:
         forms, form_rules, form_triggers = json_text_forms(pieces, f.bare)
-        options, rules, triggers = options + forms, rules + form_rules, triggers + form_triggers
+        options, rules, triggers = options + [f"{o} TAIL?" for o in forms], rules + form_rules, triggers + form_triggers
     if answer_json:
         # A JSON call is told from the answer by its head, `{"name": "<tool>"` as the call grammar writes it.
         heads = [f'"name": {json.dumps(t.name)}' for t in tools]
         triggers = [(t + h, at) for t, at in triggers for h in (heads if t.endswith("{") else [""])]
         return head + f"start: {' | '.join(options)}\n" + answer_json + rules + capture, triggers
     if f.opener in refs and refs[f.opener].startswith("<["):
-        options.append(f"TEXT {f.after_text}")
+        options.append(f"TEXT {f.after_text} TAIL?")
     text = text_not_starting_with([t for t, _ in triggers]) if triggers else "(.|\\n)*"
     return head + f"start: {' | '.join(options)}\nTEXT: /{text}/\n" + rules + capture, triggers
 

@@ -458,3 +458,45 @@ def test_a_json_answer_beside_tools_is_told_from_a_call(family_model, fmt, call)
     accepted, calls, _ = _forced(session, call)
     assert accepted and [c.name for c in calls] == ["set_unit"]
     assert not _forced(session, "Hi")[0]
+
+
+HERMES_CALLS = (
+    '<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "set_unit", "arguments": {"unit": "celsius"}}\n</tool_call>'
+)
+
+
+@pytest.mark.parametrize("fmt", [*FAMILIES, "hermes"])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_calls_may_end_after_trailing_whitespace(fmt, parallel, family_model, tiny_model):
+    """Whitespace after the last complete call may be followed by the end, in every format, under
+    required with and without parallel calls (Qwen writes a newline after `</tool_call>`; a grammar
+    that reads it as the start of another call forces the model into calls until max_tokens). The
+    whitespace is markup, not a call's text."""
+    model, text = (tiny_model, HERMES_CALLS) if fmt == "hermes" else (family_model(fmt), FAMILIES[fmt][2])
+    session = ConstrainedSession(model, tools=[SEARCH, UNIT], tool_choice="required", parallel_tool_calls=parallel)
+    assert session.tools.fmt == fmt
+    if not parallel:
+        text = _first_call(session, text)
+    for tail in ("\n", "\n\n", " \n"):
+        accepted, calls, labels = _forced(session, text + tail)
+        assert accepted, (fmt, text + tail)
+        assert len(calls) == (2 if parallel else 1)
+        assert not any(label and label.startswith("call:") for label in labels[len(_ids(session, text)) :]), (
+            fmt,
+            labels,
+        )
+
+
+def _first_call(session, text: str) -> str:
+    """One call out of the family's two: the longest prefix of `text` the one-call grammar takes (a
+    token at a time, then a character at a time), then the tokens it forces (the closing markup)."""
+    matcher, tokenize = session.compiled.matcher(), session.tokenizer_info.ll_tokenizer.tokenize_str
+    ids = _ids(session, text)
+    prefix = ids[: matcher.valid_prefix(ids)]
+    for char in session.model.tokenizer.hf.decode(ids[len(prefix) :]):
+        if matcher.valid_prefix(prefix + tokenize(char)) < len(prefix) + len(tokenize(char)):
+            break
+        prefix += tokenize(char)
+    assert matcher.accept_tokens(prefix)
+    return session.model.tokenizer.hf.decode(prefix + matcher.jump_forward_tokens()).rstrip()

@@ -104,6 +104,25 @@ def test_unique_items_parameter(qwen, qwen_model):
     assert check_json(r.choices[0].message.tool_calls[0].function.arguments, TAGS)[1] == []
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_with_parallel_calls_ends_after_the_call(qwen, stream):
+    """`tool_choice: "required"` with parallel calls allowed (OpenAI's default): Qwen writes a newline
+    after `</tool_call>`, and the grammar lets it end there, so the reply is the one call asked for,
+    not calls repeated until max_tokens."""
+    body = dict(model="qwen", messages=ASK_WEATHER, tools=[WEATHER, SEARCH], tool_choice="required", max_tokens=120)
+    if stream:
+        chunks = list(client(qwen).chat.completions.create(**body, stream=True))
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        indexes = {t.index for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []}
+        assert finish == ["tool_calls"] and indexes == {0}
+        assert chunks[-1].usage is None or chunks[-1].usage.completion_tokens < 120
+        return
+    r = client(qwen).chat.completions.create(**body)
+    assert r.choices[0].finish_reason == "tool_calls" and r.usage.completion_tokens < 120
+    [call] = r.choices[0].message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+
+
 def test_multi_turn_round_trip(qwen, qwen_model):
     """Call -> the tool's result (`role: tool`, its `tool_call_id`) -> an answer in content. Qwen's
     template renders a call's arguments with `tojson`, so the server passes them as a dict, never as
