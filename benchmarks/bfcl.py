@@ -83,9 +83,11 @@ def sample(entries: list, n: int | None) -> list:
     return [entries[i * len(entries) // n] for i in range(n)]
 
 
-def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
+def ask(client, model: str, entry: dict, max_tokens: int, tool_choice: str = "auto", parallel=None) -> dict:
     """One question to one server: the scored outcome (`score_reply`), seconds, finish_reason, the
-    token counts, the calls and content as returned (content cut to 2000 characters)."""
+    token counts, the calls and content as returned (content cut to 2000 characters), and how many
+    calls repeat an earlier call of the reply exactly. tool_choice: "auto" or "required";
+    parallel: `parallel_tool_calls` (None: not sent, OpenAI's default allows them)."""
     import openai
 
     tools, _ = to_openai_tools(entry["functions"])
@@ -95,9 +97,10 @@ def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
             model=model,
             messages=entry["messages"],
             tools=tools,
-            tool_choice="auto",
+            tool_choice=tool_choice,
             temperature=0,
             max_tokens=max_tokens,
+            **({} if parallel is None else {"parallel_tool_calls": parallel}),
         )
     except openai.APIError as e:  # a 400 for a schema the server will not take, a timeout, ...
         seconds = time.perf_counter() - start
@@ -118,6 +121,7 @@ def ask(client, model: str, entry: dict, max_tokens: int) -> dict:
         prompt_tokens=reply.usage.prompt_tokens if reply.usage else None,
         completion_tokens=reply.usage.completion_tokens if reply.usage else None,
         tool_calls=[{"name": n, "arguments": a} for n, a in calls],
+        repeated_calls=len(calls) - len(set(calls)),
         content=(choice.message.content or "")[:2000],
     )
     return result
@@ -137,6 +141,8 @@ def summarize(results: list[dict]) -> dict:
         "right_in_text": sum(r["text_call_right"] for r in results),
         "invalid_rate": counts["invalid"] / n,
         "median_seconds": statistics.median(r["seconds"] for r in results),
+        "replies_with_repeated_calls": sum(r.get("repeated_calls", 0) > 0 for r in results),
+        "replies_cut_by_max_tokens": sum(r.get("finish_reason") == "length" for r in results),
     }
 
 
@@ -166,6 +172,13 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--full", action="store_true", help="every question of each category")
     parser.add_argument("--max-tokens", type=int, default=400, help="per reply (BFCL's parallel calls need ~200)")
+    parser.add_argument("--tool-choice", choices=("auto", "required"), default="auto")
+    parser.add_argument(
+        "--parallel",
+        choices=("unset", "on", "off"),
+        default="unset",
+        help="parallel_tool_calls: unset (not sent: OpenAI's default allows them), on (true), off (false)",
+    )
     parser.add_argument("--data", type=Path, default=DATA, help="the BFCL data folder (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bfcl.json")
     parser.add_argument(
@@ -197,6 +210,7 @@ def main(argv=None) -> int:
     folder = store.ensure(args.model) if not Path(args.model).is_dir() else Path(args.model)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     settings = {"model": args.model, "max_tokens": args.max_tokens}
+    parallel = {"unset": None, "on": True, "off": False}[args.parallel]
     results = {c: {s: [] for s in SERVERS if s in run} for c in categories}
     reused, reused_servers = {}, [s for s in SERVERS if s not in run]
     if args.reuse:
@@ -209,7 +223,8 @@ def main(argv=None) -> int:
     report = {
         **settings,
         "dtype": "float32",
-        "tool_choice": "auto",
+        "tool_choice": args.tool_choice,
+        "parallel_tool_calls": args.parallel,
         "temperature": 0,
         "sample": "full" if args.full else f"{args.per_category} per category, evenly spaced",
         "commit": commit,
@@ -242,7 +257,7 @@ def main(argv=None) -> int:
             for entry in chosen:
                 # One server then the other per question, so a change of load hits both alike.
                 for server, (client, model) in servers.items():
-                    r = ask(client, model, entry, args.max_tokens)
+                    r = ask(client, model, entry, args.max_tokens, args.tool_choice, parallel)
                     results[category][server].append({"id": entry["id"], **r})
                     tokens = r.get("completion_tokens")
                     print(f"{entry['id']:24s} {server:7s} {r['outcome']:8s} {r['seconds']:6.1f} s {tokens} tokens")

@@ -18,8 +18,9 @@ from guided.cache import GrammarCache, default_cache
 from guided.callcheck import CallChecker, call_plans
 from guided.enforcement import KeywordEnforcement, enforcement
 from guided.errors import GrammarError
+from guided.prompt import describe_in_prompt, render_prompt
 from guided.result import GuidedResult
-from guided.schema_prompt import SCHEMA_IN_PROMPT, describe_schema, with_schema_description
+from guided.schema_prompt import SCHEMA_IN_PROMPT
 from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy
 from guided.tokenizer_info import get_tokenizer_info
@@ -181,19 +182,9 @@ class ConstrainedSession:
     # -- generation ---------------------------------------------------------------------------------
 
     def prompt(self, prompt, chat_template: bool = True):
-        """`prompt` as this session sends it: with `schema_in_prompt`, chat messages (or text, which
-        becomes a user message) get the schema's description at the start of their system message
-        (`guided.schema_prompt.with_schema_description`; the full "schema" style beside tools), text
-        without a chat template as a first paragraph; token ids and other prompts are unchanged."""
-        if not self.schema_in_prompt or not prompt or not isinstance(prompt, (str, list, tuple)):
-            return prompt
-        schema = self.json_spec.schema if self.json_spec.schema is not None else {"type": "object"}
-        style = "schema" if self.tools is not None else None  # beside tools: call or answer, so the whole shape
-        if isinstance(prompt, str) and not (chat_template and self.model.tokenizer.has_chat_template):
-            return f"{describe_schema(schema, style)}\n\n{prompt}"
-        if isinstance(prompt, str) or all(isinstance(m, dict) for m in prompt):
-            return with_schema_description(prompt, schema, style)
-        return prompt  # token ids: the caller rendered the prompt
+        """`prompt` with the schema's description when `schema_in_prompt` is on (`guided.prompt.
+        describe_in_prompt`); token ids and other prompts are unchanged."""
+        return describe_in_prompt(self, prompt, chat_template)
 
     def plan(self, prompt_ids: list[int], chat_template_kwargs: dict | None = None) -> ReasoningPlan | None:
         """The reasoning plan of a generation from `prompt_ids` (see `runtime.reasoning.plan_reasoning`):
@@ -263,13 +254,11 @@ class ConstrainedSession:
         sampling = sampling or SamplingParams(**fields)
         kwargs.setdefault("speculative", self.speculative)
         template = {k: kwargs.pop(k) for k in ("chat_template", "tools", "chat_template_kwargs") if k in kwargs}
-        if self.tools is not None:
-            template.setdefault("tools", self.tools.template_tools)
-            prompt = self.tool_prompt(prompt)
-        ids = self.model.prompt_ids(self.prompt(prompt, template.get("chat_template", True)), **template)
-        plan = self.plan(ids, template.get("chat_template_kwargs"))
-        strategy = self.strategy(sampling, kwargs.get("logprobs", False), plan)
-        for delta in self.model.stream(ids, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs):
+        rendered = render_prompt(self.model, self, prompt, **template)
+        strategy = self.strategy(sampling, kwargs.get("logprobs", False), rendered.reasoning)
+        for delta in self.model.stream(
+            rendered.ids, strategy=strategy, sampling=sampling, max_tokens=max_tokens, **kwargs
+        ):
             if delta.result is not None:
                 delta.result = self.verdict(delta.result, strategy)
             yield delta

@@ -252,3 +252,34 @@ def test_server_request_field_and_server_setting(tiny_model):
         client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
         assert prompt_tokens(client) == plain
         assert prompt_tokens(client, schema_in_prompt=True) == described
+
+
+@pytest.mark.parametrize("tools", [False, True])
+def test_the_session_and_the_server_render_one_prompt(tiny_model, tools, monkeypatch):
+    """One pipeline (`guided.prompt`): the session and the server's chat front end render the same
+    token ids for the same request, also when the first message has the `developer` role (the
+    session used to put the tool prompt before it as a second system message)."""
+    from coreai.server.config import ServerConfig
+    from coreai.server.constraints import Constraints
+    from coreai.server.prepare import Preparer
+    from coreai.server.schemas import ChatCompletionRequest
+    from guided import ConstrainedSession, GrammarCache
+    from guided.tokenizer_info import get_tokenizer_info
+    from tests.tool_defs import SEARCH
+
+    messages = [{"role": "developer", "content": "Be terse."}, {"role": "user", "content": "Doc"}]
+    body = {"model": "tiny", "messages": messages, "response_format": {"type": "json_object"}}
+    options = {"json_object": True}
+    if tools:
+        body |= {"tools": [SEARCH]}
+        options |= {"tools": [SEARCH]}
+    info = get_tokenizer_info(tiny_model.tokenizer, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
+    preparer = Preparer(tiny_model, ServerConfig(), Constraints(tiny_model, info, GrammarCache()))
+    params, _ = preparer.chat(ChatCompletionRequest(**body))
+    rendered = []  # what the session renders, observed at the model's own call
+    render = tiny_model.prompt_ids
+    monkeypatch.setattr(tiny_model, "prompt_ids", lambda *a, **k: rendered.append(render(*a, **k)) or rendered[-1])
+    ConstrainedSession(tiny_model, **options).generate(messages, max_tokens=1)
+    assert rendered[0] == params.prompt_ids  # (the loop passes the ids through it again)
+    text = tiny_model.tokenizer.hf.decode(params.prompt_ids)
+    assert text.count("<|im_start|>system") == 1 and "developer" not in text and "Be terse." in text

@@ -13,9 +13,9 @@ from coreai.server.config import ServerConfig
 from coreai.server.constraints import Constraint, Constraints
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request
+from guided.prompt import render_prompt
 from runtime import Model, SamplingParams
 from runtime.errors import ParameterError
-from runtime.reasoning import plan_reasoning
 from runtime.sampling import check_max_tokens
 
 REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
@@ -88,37 +88,31 @@ class Preparer:
                 "unsupported_parameter",
             )
         constraint = self.constraints.for_chat(req)
+        session = constraint.session if constraint is not None else None
+        if req.schema_in_prompt and (session is None or session.json_spec is None):
+            raise bad_request(
+                "schema_in_prompt needs response_format json_schema or json_object, or structured_outputs json",
+                "schema_in_prompt",
+            )
+        wanted = req.schema_in_prompt if req.schema_in_prompt is not None else self.config.schema_in_prompt
         tools = (
             [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
         )
-        messages = self.with_schema([template_message(m, i) for i, m in enumerate(req.messages)], req, constraint)
-        if constraint is not None and constraint.session.tools is not None:  # the tools as the format needs them
-            tools, messages = constraint.session.tools.template_tools, constraint.session.tool_prompt(messages)
         try:
-            ids = self.model.prompt_ids(messages, tools=tools, chat_template_kwargs=req.chat_template_kwargs)
+            rendered = render_prompt(
+                self.model,
+                session,
+                [template_message(m, i) for i, m in enumerate(req.messages)],
+                tools=None if session is not None and session.tools is not None else tools,
+                chat_template_kwargs=req.chat_template_kwargs,
+                schema_in_prompt=wanted,
+                max_reasoning_tokens=REASONING_BUDGETS[req.reasoning_effort or "medium"],
+            )
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
-        budget = REASONING_BUDGETS[req.reasoning_effort or "medium"]
-        reasoning = plan_reasoning(self.model.tokenizer.reasoning_tokens, ids, req.chat_template_kwargs, budget)
-        params = self.generation_params(req, ids, constraint, req.logprobs, req.top_logprobs or 0, reasoning)
+        ids = rendered.ids
+        params = self.generation_params(req, ids, constraint, req.logprobs, req.top_logprobs or 0, rendered.reasoning)
         return params, constraint
-
-    def with_schema(self, messages: list[dict], req: s.ChatCompletionRequest, constraint) -> list[dict]:
-        """`messages` with the JSON output's schema described in the system message when the request's
-        `schema_in_prompt` (else the server's, else the session's default) says so; a request asking for
-        it without a JSON Schema or json_object constraint is a 400."""
-        session = constraint.session if constraint is not None else None
-        wanted = req.schema_in_prompt if req.schema_in_prompt is not None else self.config.schema_in_prompt
-        if session is None or session.json_spec is None:  # beside tools: the answer's JSON format
-            if req.schema_in_prompt:
-                raise bad_request(
-                    "schema_in_prompt needs response_format json_schema or json_object, or structured_outputs json",
-                    "schema_in_prompt",
-                )
-            return messages
-        if wanted is not None:
-            session.schema_in_prompt = wanted  # the session is this request's own
-        return session.prompt(messages)
 
     def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         """A legacy completion request's generation and constraint (400 on bad input)."""
