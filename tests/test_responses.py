@@ -352,3 +352,24 @@ def test_the_store_is_bounded_by_count_and_bytes():
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
         }
     ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_by_max_output_tokens_is_never_completed(tiny, stream):
+    """A function call cut by the budget is not `completed`, streamed or not, in its
+    `output_item.done` and in the final response (which is `incomplete`): the outcome is the result's,
+    not re-decided by the stream."""
+    body = {"model": "tiny", "input": "Weather in Paris?", "tools": [WEATHER], "tool_choice": "required"}
+    body |= {"max_output_tokens": 24, "stream": stream}
+    response = httpx.post(tiny + "/v1/responses", json=body, timeout=120)
+    if stream:
+        events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+        done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+        assert any(item["type"] == "function_call" for item in done)  # the cut call was streamed
+        assert all(item["status"] != "completed" for item in done if item["type"] == "function_call")
+        final = events[-1]["response"]
+    else:
+        final = response.json()
+    assert final["status"] == "incomplete"
+    calls = [item for item in final["output"] if item["type"] == "function_call"]
+    assert all(item["status"] != "completed" for item in calls), calls

@@ -91,13 +91,15 @@ async def events(builder, reply, job: Job) -> AsyncIterator[dict]:
 
     calls: list = []  # [item, output index] of the calls opened, the last one still streaming
 
-    def close_call():
-        if not calls or calls[-1][0].status == "completed":
+    def close_call(status: str = "completed"):
+        """Close the last call: "completed" once another item follows it (the grammar closed it);
+        at the end, the result's verdict (its `tool_calls` are the complete calls)."""
+        if not calls or calls[-1][0].status != "in_progress":
             return
         item, index = calls[-1]
         where = {"item_id": item.id, "output_index": index}
         yield {"type": "response.function_call_arguments.done", **where, "name": item.name, "arguments": item.arguments}
-        item.status = "completed"
+        item.status = status
         yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
 
     def call_events(call: dict):
@@ -138,7 +140,9 @@ async def events(builder, reply, job: Job) -> AsyncIterator[dict]:
     result = results[0]
     if result is None:  # cancelled: nobody is listening
         return
-    for event in close_call():
+    # The result's calls are the complete ones: a call streamed past them was cut (max_output_tokens).
+    complete = len(calls) <= len(getattr(result, "tool_calls", None) or [])
+    for event in close_call("completed" if complete else "incomplete"):
         yield event
     if current is not None:
         for event in close_item("incomplete" if finish in ("length", "error") else "completed"):
