@@ -95,8 +95,10 @@ class CallTracker:
     def _reset(self) -> None:
         self.state = self.first_state
         self.calls = 0
-        self.ends: list[int] = []  # answer tokens fed when each capture appeared
+        self.ends: list[int] = []  # answer tokens fed when each capture's last byte was fed
         self.tokens: list[int] = []  # the answer tokens fed
+        self.bytes = bytearray()  # their bytes
+        self.cursor = 0  # the byte offset after the last capture found in them
         self.labels: list[str | None] = []  # the label of each (held ones may still change)
         self._held: list[bytes] = []  # tokens of a possible trigger, not streamed yet
 
@@ -123,17 +125,29 @@ class CallTracker:
         for t in tokens:
             self.shadow.accept_token(t)
             self.tokens.append(t)
-            labels.append(self._label(t, labels))
+            data = self.decode(t)
+            labels.append(self._label(t, data, labels))
+            self.bytes += data
             if self.state == "call":
                 self.call_id(self.calls)  # made when its first token is labelled, before it streams
-            captures = len(self.shadow.captures())
-            if captures > len(self.ends):
-                self.ends.append(self.fed)
-                if self.state == "call":
-                    self.calls += 1
-                    self.state = MARKUP
+            self._end_captures()
         self.labels[kept:] = labels
         return labels
+
+    def _end_captures(self) -> None:
+        """Close the captures whose whole text has now been fed. llguidance may report a capture
+        before its tokens come (when the rest of the call is forced, e.g. a tool without
+        parameters), so a capture ends at the token that brings its last byte, not when it appears."""
+        captures = self.shadow.captures()
+        while len(self.ends) < len(captures):
+            at = self.bytes.find(captures[len(self.ends)][1], self.cursor)
+            if at < 0:
+                return
+            self.cursor = at + len(captures[len(self.ends)][1])
+            self.ends.append(self.fed)
+            if self.state == "call":
+                self.calls += 1
+                self.state = MARKUP
 
     def forget(self, n: int) -> None:
         """Take the last `n` answer tokens back (validate-and-rollback retried them): the shadow
@@ -146,8 +160,7 @@ class CallTracker:
         self._reset()
         self.feed(kept)
 
-    def _label(self, token: int, labels: list) -> str | None:
-        data = self.decode(token)
+    def _label(self, token: int, data: bytes, labels: list) -> str | None:
         if self.state == "maybe":
             self._held.append(data)
             text = b"".join(self._held)
@@ -193,6 +206,19 @@ class CallTracker:
         return calls_from_captures(captures, self.tools, self.call_id)
 
 
+def _arguments_so_far(text: str, start: int) -> str:
+    """The arguments JSON of a call's text from `start`: exactly the value once it is complete (the
+    json module's decoder finds its end, so whatever markup the same tokens carry after it is left
+    out), else the text so far less what may yet close the envelope (a brace, separators)."""
+    try:
+        return text[start : _DECODER.raw_decode(text, start)[1]]
+    except json.JSONDecodeError:
+        return re.sub(r"\}?[\s,\]]*$", "", text[start:])
+
+
+_DECODER = json.JSONDecoder()
+
+
 class CallStream:
     """OpenAI-style streamed call events from labelled text (`Delta.parts`): `feed(parts)` returns
     ("open", index, name) once a call's name is complete, then ("args", index, fragment) as its
@@ -225,10 +251,10 @@ class CallStream:
     def _read(self, i: int) -> list[tuple]:
         text, events = self.text[i], []
         head = CALL_HEAD.match(text)
+        if head is None and self.tools is not None and self.tools.fmt == "mistral_names":
+            head = _MISTRAL_HEAD.match(text)
         if head is not None:
-            args = re.sub(r"\}?[\s,\]]*$", "", text[head.end() :])
-        elif self.tools is not None and self.tools.fmt == "mistral_names" and (head := _MISTRAL_HEAD.match(text)):
-            args = re.sub(r"\s*$", "", text[head.end() :])
+            args = _arguments_so_far(text, head.end())
         elif self.format is not None and self.format.read is not None:
             call = self.format.read(text, self.by_name)
             if call is None:

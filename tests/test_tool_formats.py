@@ -500,3 +500,117 @@ def _first_call(session, text: str) -> str:
         prefix += tokenize(char)
     assert matcher.accept_tokens(prefix)
     return session.model.tokenizer.hf.decode(prefix + matcher.jump_forward_tokens()).rstrip()
+
+
+EMPTY = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+NESTED = {
+    "type": "function",
+    "function": {
+        "name": "plan",
+        "parameters": {
+            "type": "object",
+            "properties": {"trip": {"type": "object", "properties": {"to": {"type": "string"}, "legs": {}}}},
+        },
+    },
+}
+
+
+def _py(value) -> str:
+    """`value` as the pythonic formats write a Python literal."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_py(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_py, value)) + "]"
+    return repr(value) if value is None or isinstance(value, bool) else json.dumps(value, ensure_ascii=False)
+
+
+def _raw(value) -> str:
+    """A parameter value as the XML formats write it: strings raw, the rest JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _j(value) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+# format -> one call (name, arguments) written in the format's markup, as the model writes it
+WRITE = {
+    "hermes": lambda n, a: f'<tool_call>\n{{"name": {_j(n)}, "arguments": {_j(a)}}}\n</tool_call>',
+    "mistral": lambda n, a: f'[TOOL_CALLS] [{{"name": {_j(n)}, "arguments": {_j(a)}}}]',
+    "mistral_names": lambda n, a: f"[TOOL_CALLS]{n}[ARGS]{_j(a)}",
+    "phi4": lambda n, a: f'<|tool_call|>[{{"name": {_j(n)}, "arguments": {_j(a)}}}]<|/tool_call|>',
+    "llama3": lambda n, a: f'<|python_tag|>{{"name": {_j(n)}, "parameters": {_j(a)}}}',
+    "pythonic": lambda n, a: f"[{n}({', '.join(f'{k}={_py(v)}' for k, v in a.items())})]",
+    "lfm2": lambda n, a: f"<|tool_call_start|>{WRITE['pythonic'](n, a)}<|tool_call_end|>",
+    "qwen3_coder": lambda n, a: (
+        f"<tool_call>\n<function={n}>\n"
+        + "".join(f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in a.items())
+        + "</function>\n</tool_call>"
+    ),
+    "glm45": lambda n, a: (
+        f"<tool_call>{n}\n"
+        + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{_raw(v)}</arg_value>\n" for k, v in a.items())
+        + "</tool_call>"
+    ),
+    "kimi_k2": lambda n, a: (
+        "<|tool_calls_section_begin|><|tool_call_begin|>"
+        f"functions.{n}:0<|tool_call_argument_begin|>{_j(a)}<|tool_call_end|><|tool_calls_section_end|>"
+    ),
+}
+
+
+def _shapes(fmt: str) -> list[tuple[dict, dict]]:
+    """(tool, arguments) of every shape: no parameters, nesting with non-ASCII text, and strings
+    holding the format's own markup (its two-call example's first query, and the Hermes markup)."""
+    markup = FIRST_QUERY.get(fmt, "a}]\n```")
+    return [
+        (EMPTY, {}),
+        (NESTED, {"trip": {"to": "Zürich 東京 🚀", "legs": [1, {"a": []}]}}),
+        (NESTED, {"trip": {"to": 'x"}}]\n</tool_call \n<tool_call', "legs": None}}),
+        (SEARCH, {"query": markup}),
+    ]
+
+
+def _streamed(session, ids: list[int]) -> list[tuple[str | None, str]]:
+    """The labelled text a generation of `ids` streams (`Delta.parts`): the tracker's labels over the
+    streaming detokenizer's segments, which hold back a character cut between tokens."""
+    _, labels = track(session, ids)
+    detok, parts = session.model.tokenizer.detokenizer(), []
+    for token, label in zip(ids, labels):
+        detok.add_token(token)
+        parts.append((label, detok.last_segment))
+    detok.finalize()
+    return parts + [(labels[-1], detok.last_segment)]
+
+
+@pytest.mark.parametrize("fmt", [*FAMILIES, "hermes"])
+def test_streamed_arguments_are_exactly_the_final_arguments(fmt, family_model, tiny_model):
+    """In every format and for every shape of arguments, the streamed argument fragments of a call join
+    to exactly its final arguments, which parse to what was written: nothing of the format's closing
+    markup is streamed as arguments (a tool without parameters leaked `}\\n</tool_call>`)."""
+    model = tiny_model if fmt == "hermes" else family_model(fmt)
+    for tool, args in _shapes(fmt):
+        session = ConstrainedSession(model, tools=[tool], tool_choice="required", parallel_tool_calls=False)
+        assert session.tools.fmt == fmt
+        name = tool["function"]["name"]
+        for tail in ("", "\n"):
+            ids = _ids(session, WRITE[fmt](name, args) + tail)
+            matcher = session.compiled.matcher()
+            assert matcher.accept_tokens(ids) and matcher.is_accepting(), (fmt, args, tail)
+            calls, _ = track(session, ids)
+            assert [(c.name, c.args) for c in calls] == [(name, args)], (fmt, tail)
+            stream = CallStream(session.tools)
+            events = stream.feed(_streamed(session, ids)) + stream.finish(calls)
+            assert ("open", 0, name) in events and _fragments(events, 0) == calls[0].arguments, (fmt, args, tail)
+
+
+def test_a_forced_call_ends_at_its_last_token(tiny_model):
+    """A call the grammar forces whole (a tool without parameters) is reported by llguidance before
+    its tokens come; it is a call only once its last byte is fed: cut before, it is no call."""
+    session = ConstrainedSession(tiny_model, tools=[EMPTY], tool_choice="required")
+    ids = _ids(session, WRITE["hermes"]("ping", {}))
+    tracker = session.tracker()
+    tracker.start = 0
+    labels = tracker.feed(ids)
+    assert tracker.result(len(ids) - 2)[0] == [] and [c.name for c in tracker.result(len(ids))[0]] == ["ping"]
+    assert labels[0] == labels[-1] == "markup" and "call:0" in labels
