@@ -7,7 +7,7 @@ from typing import Any
 
 from guided.compiler import NotEnforced
 from guided.strategy import GuidedStats
-from guided.toolcalls import ToolCall
+from guided.tools.calls import ToolCall
 from runtime.sequence import GenerationResult
 
 
@@ -25,7 +25,7 @@ class GuidedResult(GenerationResult):
         not reason; `text`, `value` and `valid` are then about the answer after the block only.
     parsed: for a pydantic model class given as the schema, `value` as an instance of it (validated by
         pydantic, as the openai client's `parse` does); None when not valid or for other schemas.
-    tool_calls: the calls of a `tools=` session (`guided.toolcalls.ToolCall`: id, name, arguments
+    tool_calls: the calls of a `tools=` session (`guided.tools.calls.ToolCall`: id, name, arguments
         text, parsed args), taken from the grammar's captures; content: its text beside them, or None.
     """
 

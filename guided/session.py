@@ -15,7 +15,6 @@ import numpy as np
 
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
-from guided.callcheck import CallChecker, call_plans
 from guided.enforcement import KeywordEnforcement, enforcement
 from guided.errors import GrammarError
 from guided.prompt import describe_in_prompt, render_prompt
@@ -24,9 +23,10 @@ from guided.schema_prompt import SCHEMA_IN_PROMPT
 from guided.spec import JSON_KINDS, make_spec
 from guided.strategy import ConstrainedDecodingStrategy
 from guided.tokenizer_info import get_tokenizer_info
-from guided.tool_answer import answer_schema, answer_spec, checked_answer
-from guided.toolcalls import CallTracker, ToolCall
-from guided.tools import ToolConstraint, tool_constraint
+from guided.tools.answer import answer_schema, answer_spec, checked_answer
+from guided.tools.calls import CallTracker, ToolCall
+from guided.tools.check import CallChecker, call_plans
+from guided.tools.constraint import ToolConstraint, tool_constraint
 from guided.validation import check_json
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
 from runtime.sampling import SamplingParams
@@ -42,11 +42,11 @@ class ConstrainedSession:
     regex: a regular expression for the whole output;
     choices: a list of strings, the output is one of them;
     grammar: Lark (also with llama.cpp's `%llguidance {}` line) or GBNF text, or a .lark/.gbnf path;
-    tools: functions the model may call (see `guided.tools`: OpenAI or Responses function
+    tools: functions the model may call (see `guided.tools.constraint`: OpenAI or Responses function
         definitions, pydantic model classes, typed Python functions), with tool_choice ("auto",
         "required", "none" or {"type": "function", "function": {"name": ...}}),
         parallel_tool_calls (True) and tool_format (None: detected from the chat template, else one
-        of `guided.tool_formats.FORMATS`: "hermes", "llama3", "mistral", "mistral_names", "phi4",
+        of `guided.tools.formats.FORMATS`: "hermes", "llama3", "mistral", "mistral_names", "phi4",
         "glm45", "kimi_k2", "lfm2", "pythonic", "qwen3_coder", "generic"). The result has
         `tool_calls` and `content`. A schema or json_object beside tools is the text answer's format
         (OpenAI's response_format with tools): under "auto" the reply is calls or that JSON
@@ -59,7 +59,7 @@ class ConstrainedSession:
         `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
     max_draft (32): the longest speculative draft (the bitmask has max_draft + 1 rows, 19 KB each for Qwen).
     max_retries (8): validate-and-rollback retries per generation, for keywords the grammar cannot
-        express (`compiled.validated`, see `guided.checker`; in tool calls `guided.callcheck`); past it
+        express (`compiled.validated`, see `guided.checker`; in tool calls `guided.tools.check`); past it
         the generation ends in "error".
     check: an extra final check of the output text, `check(text) -> list of errors`; errors make the
         result invalid.
@@ -226,7 +226,7 @@ class ConstrainedSession:
 
     def call_checker(self, tracker: CallTracker | None) -> CallChecker | None:
         """Validate-and-rollback inside the calls of one generation, whose `tracker` it reads (see
-        `guided.callcheck`); None when the grammar enforces every tool's parameters whole."""
+        `guided.tools.check`); None when the grammar enforces every tool's parameters whole."""
         if tracker is None or not self.call_plans:
             return None
         return CallChecker(self.call_plans, tracker, generic=self.tools.fmt == "generic")

@@ -39,7 +39,7 @@ from guided.bitmask import TokenBitmask
 from guided.compiler import CompiledGrammar
 from guided.reasoning import ReasoningGate
 from guided.rollback import RollbackPlanner
-from guided.toolcalls import CallTracker
+from guided.tools.calls import CallTracker
 from runtime.reasoning import ReasoningPlan
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.strategy import Step
@@ -74,9 +74,9 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
     reasoning: the generation's `runtime.reasoning.ReasoningPlan` (a thinking model reasons before
         the constrained answer), or None.
     max_retries: validate-and-rollback retries allowed per generation (schemas with `compiled.checks`).
-    tracker: a `guided.toolcalls.CallTracker` for a tools constraint: it labels the answer tokens
+    tracker: a `guided.tools.calls.CallTracker` for a tools constraint: it labels the answer tokens
         (`Step.channels`, `Step.hold`) and keeps the calls; None otherwise.
-    checker: this generation's validate-and-rollback checker (`guided.callcheck.CallChecker` inside
+    checker: this generation's validate-and-rollback checker (`guided.tools.check.CallChecker` inside
         tool calls); None: the compiled schema's (`compiled.checks`), if it has one.
     Raises ValueError when the bitmask's width is not the grammar's.
     """

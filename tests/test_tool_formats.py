@@ -1,4 +1,4 @@
-"""The tool-call formats of `guided.tool_formats` on tiny random-weight models whose tokenizer carries
+"""The tool-call formats of `guided.tools.formats` on tiny random-weight models whose tokenizer carries
 each family's marker tokens and whose chat template has its markup (small templates modelled on the
 real ones), through `ConstrainedSession` and the server; and the parallel JSON calls small models
 write under auto, on the tiny Qwen-style model."""
@@ -13,8 +13,8 @@ import pytest
 
 from guided import ConstrainedSession
 from guided.errors import UnsupportedSchemaFeature
-from guided.tool_formats import FORMATS
-from guided.toolcalls import CallStream
+from guided.tools.calls import CallStream
+from guided.tools.formats import FORMATS
 from runtime import load_model
 from tests.tool_defs import SEARCH, TOGGLE, UNIT, track
 

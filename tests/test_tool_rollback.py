@@ -1,4 +1,4 @@
-"""Validate-and-rollback inside tool calls (`guided.callcheck`), and one id per call from the
+"""Validate-and-rollback inside tool calls (`guided.tools.check`), and one id per call from the
 tracker to the streamed delta and the result, on the tiny random-weight model (Qwen2.5's markup:
 `<tool_call>` is a special token). Each generation is pushed toward a violation with a logit bias,
 as in tests/test_rollback.py; forced token sequences pin down where the checker finds a call."""
@@ -16,7 +16,7 @@ from test_server import chat_body, client, serve
 
 from guided import ConstrainedSession
 from guided.errors import UnsupportedSchemaFeature
-from guided.toolcalls import CallStream
+from guided.tools.calls import CallStream
 from guided.validation import check_json
 from runtime import SamplingParams
 from tests.tool_defs import TOGGLE

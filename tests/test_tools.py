@@ -1,4 +1,4 @@
-"""The tools constraint (`guided.tools`, `guided.toolcalls`) through `ConstrainedSession`, on the tiny
+"""The tools constraint (`guided.tools.constraint`, `guided.tools.calls`) through `ConstrainedSession`, on the tiny
 random-weight model (Qwen's tokenizer and chat template: `<tool_call>` is a special token)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from guided import ConstrainedSession
-from guided.toolcalls import CallStream
-from guided.tools import make_tool, text_not_starting_with, tool_constraint
+from guided.tools.calls import CallStream
+from guided.tools.constraint import make_tool, text_not_starting_with, tool_constraint
 from tests.tool_defs import SEARCH, UNIT
 
 TOGGLE = {

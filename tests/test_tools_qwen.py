@@ -10,7 +10,7 @@ import pytest
 from test_server import client, serve
 
 from guided import ConstrainedSession
-from guided.toolcalls import CallStream
+from guided.tools.calls import CallStream
 from guided.validation import check_json
 from tests.tool_defs import SEARCH
 

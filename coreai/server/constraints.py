@@ -23,7 +23,7 @@ from coreai.server.schemas import (
 from guided import ConstrainedSession, GrammarCache, TokenizerInfo
 from guided.enforcement import GRAMMAR, ROLLBACK
 from guided.schema.pointer import parse_pointer, pointer
-from guided.tools import parameters_schema
+from guided.tools.constraint import parameters_schema
 from runtime import Model
 
 

@@ -42,7 +42,7 @@ class TokenLogprob:
 class Piece:
     """One streamed step: text (never splits a UTF-8 character) and, if asked, its tokens' logprobs;
     parts: the text by channel (`runtime.Delta.parts`: tool-call segments of a tools constraint);
-    call_ids: the ids of the calls begun so far (`guided.toolcalls.CallTracker.ids`), by index."""
+    call_ids: the ids of the calls begun so far (`guided.tools.calls.CallTracker.ids`), by index."""
 
     text: str
     logprobs: list[TokenLogprob] | None = None

@@ -15,7 +15,7 @@ from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job
 from coreai.server.streaming import merge
 from coreai.server.tools import chunk_tool_call, message_tool_calls
-from guided.toolcalls import CallStream, ToolCall
+from guided.tools.calls import CallStream, ToolCall
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningPlan
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from guided.tools import TOOL_NAME
+from guided.tools.constraint import TOOL_NAME
 
 FUNCTION_NAME = f"^{TOOL_NAME}$"
 MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue

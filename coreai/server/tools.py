@@ -1,4 +1,4 @@
-"""OpenAI's shapes of tool calls: the calls of a reply (`guided.toolcalls.ToolCall`) as a message's
+"""OpenAI's shapes of tool calls: the calls of a reply (`guided.tools.calls.ToolCall`) as a message's
 `tool_calls` and as streamed `tool_calls` deltas. The grammar, the call boundaries, the call ids and
 the verdict are `guided`'s (`ConstrainedSession(tools=...)`); this module only maps them."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coreai.server import reply_schemas as o
-from guided.toolcalls import ToolCall
+from guided.tools.calls import ToolCall
 
 
 def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall] | None:
@@ -18,7 +18,7 @@ def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall] | None
 
 
 def chunk_tool_call(event: tuple, ids: Sequence[str]) -> o.ChunkToolCall:
-    """The streamed delta of a `guided.toolcalls.CallStream` event: ("open", index, name) is the
+    """The streamed delta of a `guided.tools.calls.CallStream` event: ("open", index, name) is the
     call's first delta (index, its id `ids[index]`, type, name, arguments ""), ("args", index, text)
     a fragment. ids: the generation's call ids by index (`CallTracker.ids`, the result's calls'),
     so a streamed call has the id its `ToolCall` has."""

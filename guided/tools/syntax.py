@@ -1,5 +1,5 @@
 """Lark building blocks of tool-call grammars (llguidance dialect) beside the JSON envelopes of
-`guided.tool_formats`: `Pieces` (what a format's rules are built from), `in_order` (parameters in
+`guided.tools.formats`: `Pieces` (what a format's rules are built from), `in_order` (parameters in
 order, the optional ones possibly left out), and the two call syntaxes whose arguments are not JSON
 as generated: pythonic `[fn(a=1, b="x")]` and Qwen3-Coder's XML `<function=f><parameter=p>`, each with
 its reader (one whole call's text -> (name, arguments dict))."""

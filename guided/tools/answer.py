@@ -4,7 +4,7 @@ under "required" or a named function the reply is calls only and the format is n
 
 The answer is a `%json` rule of the tools grammar (`guided.tools.tool_grammar`), compiled with the
 options `guided.spec` chose for the schema alone, and checked whole against the schema with
-`jsonschema` in the verdict. Validate-and-rollback (`guided.callcheck`) follows the tool calls only,
+`jsonschema` in the verdict. Validate-and-rollback (`guided.tools.check`) follows the tool calls only,
 so a keyword of the answer's schema that the grammar cannot express is refused, by name.
 """
 
@@ -17,7 +17,7 @@ from guided.enforcement import ROLLBACK, enforcement
 from guided.errors import UnsupportedSchemaFeature
 from guided.spec import GrammarSpec, make_spec
 from guided.tokenizer_info import TokenizerInfo
-from guided.tools import ToolConstraint
+from guided.tools.constraint import ToolConstraint
 
 
 def answer_spec(schema, json_object: bool, others: tuple, **options) -> GrammarSpec | None:

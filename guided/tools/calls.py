@@ -1,4 +1,4 @@
-"""Tool calls out of a tools-constrained generation (`guided.tools`): where each call is, from the
+"""Tool calls out of a tools-constrained generation (`guided.tools.constraint`): where each call is, from the
 grammar, and what the reply carries.
 
 The call boundaries are the grammar's captures (`call_json[capture]`): llguidance reports a call's
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from guided.matcher import GrammarMatcher
-from guided.tool_formats import CALL_HEAD, FORMATS, read_capture
-from guided.tools import ANSWER_JSON, ToolConstraint
+from guided.tools.constraint import ANSWER_JSON, ToolConstraint
+from guided.tools.formats import CALL_HEAD, FORMATS, read_capture
 
 MARKUP = "markup"
 _MISTRAL_HEAD = re.compile(r"\s*([\w.-]+)(?:\[ARGS\])?(?=\{)")  # [ARGS] is not shown where it is special
@@ -32,7 +32,7 @@ _MISTRAL_HEAD = re.compile(r"\s*([\w.-]+)(?:\[ARGS\])?(?=\{)")  # [ARGS] is not 
 @dataclass
 class ToolCall:
     """One call: `arguments` is its JSON text exactly as generated (converted to JSON for the
-    pythonic and qwen3_coder formats, `guided.tool_formats`), `args` the parsed dict; index: its
+    pythonic and qwen3_coder formats, `guided.tools.formats`), `args` the parsed dict; index: its
     place among the reply's calls (OpenAI's streamed `tool_calls[].index`)."""
 
     id: str

@@ -1,5 +1,5 @@
 """The tools constraint: tool definitions, and the one Lark grammar (llguidance dialect) that
-constrains a reply to text and/or tool calls in a family's format (`guided.tool_formats`).
+constrains a reply to text and/or tool calls in a family's format (`guided.tools.formats`).
 
 A tool is given in OpenAI's chat shape `{"type": "function", "function": {"name", "description",
 "parameters", "strict"}}`, the flat Responses shape `{"type": "function", "name", "parameters", ...}`,
@@ -13,7 +13,7 @@ detected from the chat template or chosen with `tool_format=`; docs/tools.md has
 and the whole reply is one JSON envelope, `{"tool_calls": [call, ...]}` or `{"response": "text"}`
 (llama.cpp's generic handler does the same).
 
-Every call is one llguidance capture: the call boundaries come from the grammar (`guided.toolcalls`),
+Every call is one llguidance capture: the call boundaries come from the grammar (`guided.tools.calls`),
 never from searching the text, so markup inside a string argument cannot split a call. Where a
 family's marker is one special token, the grammar uses the token (`token_ref`), which no text lexeme
 can produce: under "none" the marker cannot appear at all.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from guided.errors import SchemaError
 from guided.spec import check_metaschema, close_objects, engine_schema
-from guided.tool_formats import (
+from guided.tools.formats import (
     APPEND,
     CALL_JSON_STYLE,
     FORMATS,
@@ -40,8 +40,8 @@ from guided.tool_formats import (
 )
 
 # Lenient: keywords the engine cannot express are left out of the call JSON's grammar, for
-# validate-and-rollback inside the calls (`guided.callcheck`); the session refuses first what
-# neither enforces, and formats whose calls are not JSON envelopes (`guided.callcheck.call_plans`).
+# validate-and-rollback inside the calls (`guided.tools.check`); the session refuses first what
+# neither enforces, and formats whose calls are not JSON envelopes (`guided.tools.check.call_plans`).
 LENIENT_CALL_JSON = {**CALL_JSON_STYLE, "lenient": True}
 MODES = ("auto", "required", "none")
 ANSWER_JSON = "answer_json"  # the capture of the generic envelope's answer in a response format (JSON text)
@@ -199,7 +199,7 @@ def tool_grammar(
             return head + "start: TEXT?\nTEXT: /(.|\\n)+/\n", []
         more = ' (", " call_json)*' if parallel else ""
         rules = f'calls: "{{\\"tool_calls\\": [" call_json{more} "]}}"\n'
-        if answer_json:  # the answer's JSON text is the content (`guided.toolcalls.ANSWER_JSON`)
+        if answer_json:  # the answer's JSON text is the content (`guided.tools.calls.ANSWER_JSON`)
             rules += f'answer: "{{\\"response\\": " response "}}"\nresponse[capture="{ANSWER_JSON}"]: answer_json\n'
             rules += answer_json
         else:

@@ -7,7 +7,7 @@ call's arguments are decoded, with the same `guided.rollback.RollbackPlanner` as
 bans and hold-back work unchanged. Inside, it finds each call's arguments and hands their bytes to a
 `ValueChecker` of that call's tool (chosen by the call's name, which the grammar writes first):
 
-- a call begins at a `{` outside a call, in a token the `guided.toolcalls.CallTracker` did not
+- a call begins at a `{` outside a call, in a token the `guided.tools.calls.CallTracker` did not
   label content (text the model wrote, which is never a call however it looks); the generic
   envelope's own `{` (and its text answer, `{"response": ...}`) is skipped;
 - its head, `{"name": "<name>", "arguments": ` (or `"parameters"`), is fixed by the grammar; the
@@ -27,9 +27,9 @@ from guided.enforcement import ROLLBACK, enforcement
 from guided.errors import SchemaError, UnsupportedSchemaFeature
 from guided.spec import make_spec
 from guided.tokenizer_info import TokenizerInfo
-from guided.tool_formats import FORMATS
-from guided.toolcalls import CallTracker, call_head
-from guided.tools import ToolConstraint
+from guided.tools.calls import CallTracker, call_head
+from guided.tools.constraint import ToolConstraint
+from guided.tools.formats import FORMATS
 
 _NOTHING = CheckPlan({})  # a tool whose grammar enforces every keyword: its checker only finds the call's end
 _ANSWER = b'{"r'  # how the generic envelope's text answer, `{"response": ...}`, begins: no call in it

@@ -1,6 +1,6 @@
 """The tool-call formats of model families, one `ToolFormat` each: its markers, how a chat template
 reveals it, the Lark rules (llguidance dialect) of its calls, and how its captured calls become
-(name, arguments). `guided.tools` assembles a reply's grammar around these pieces; `guided.toolcalls`
+(name, arguments). `guided.tools.constraint` assembles a reply's grammar around these pieces; `guided.tools.calls`
 reads the captures and streams the calls. docs/tools.md has the table.
 
 Every call is exactly one llguidance capture, so the grammar, not a text search, gives its
@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from guided.tool_syntax import (
+from guided.tools.syntax import (
     APPEND,
     CALL_JSON_STYLE,
     HERMES_CLOSE,
@@ -68,9 +68,9 @@ class ToolFormat:
     starts_call: a token's bytes -> whether it begins a call's text after markup (labels).
     read: (a call's text, {name: Tool}) -> (name, arguments dict), None while it is incomplete: for
         the "call" captures of formats whose arguments are not JSON as generated, whose calls
-        `guided.toolcalls.CallStream` then streams whole, when their text is complete.
+        `guided.tools.calls.CallStream` then streams whole, when their text is complete.
     json_calls: its calls are JSON envelopes `{"name": ..., args_key: {...}}` (`call_json`), whose
-        arguments validate-and-rollback follows as they are decoded (`guided.callcheck`).
+        arguments validate-and-rollback follows as they are decoded (`guided.tools.check`).
     """
 
     name: str
@@ -331,7 +331,7 @@ FORMATS: dict[str, ToolFormat | None] = {
             json_calls=False,
         ),
     )
-} | {"generic": None}  # the JSON envelope for templates without tool markup (`guided.tools`)
+} | {"generic": None}  # the JSON envelope for templates without tool markup (`guided.tools.constraint`)
 
 
 def detect_format(chat_template: str | None) -> str:
