@@ -1,13 +1,17 @@
 """Guided (grammar-constrained) generation: JSON Schema, regex, choices, Lark and GBNF compiled with
 llguidance, token bitmasks filled in place in MLX memory, and a decoding strategy with jump-forward,
-rollback and EOS gating. `ConstrainedSession` is the entry point."""
+rollback and EOS gating. `ConstrainedSession` is the entry point; underneath it a `Constraint` is
+compiled once and shared, each generation is a `Generation`, and its meaning an `Outcome`."""
 
 import runtime  # noqa: F401 - first: sets up the system BLAS before mlx.core loads (runtime.blas)
 from guided.bitmask import TokenBitmask, apply_token_bitmask
 from guided.cache import CacheStats, GrammarCache, default_cache
 from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend, NotEnforced, compile_grammar
+from guided.constraint import Constraint
 from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from guided.generation import Generation
 from guided.matcher import GrammarMatcher
+from guided.outcome import Outcome, free_outcome
 from guided.result import GuidedResult
 from guided.session import ConstrainedSession
 from guided.spec import GrammarSpec, make_spec
@@ -20,6 +24,8 @@ __all__ = [
     "CompiledGrammar",
     "ConstrainedDecodingStrategy",
     "ConstrainedSession",
+    "Constraint",
+    "Generation",
     "GrammarBackend",
     "GrammarCache",
     "GrammarError",
@@ -29,6 +35,7 @@ __all__ = [
     "GuidedStats",
     "LLGuidanceBackend",
     "NotEnforced",
+    "Outcome",
     "SchemaError",
     "TokenBitmask",
     "TokenizerInfo",
@@ -38,6 +45,7 @@ __all__ = [
     "check_json",
     "compile_grammar",
     "default_cache",
+    "free_outcome",
     "get_tokenizer_info",
     "make_spec",
 ]

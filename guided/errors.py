@@ -16,6 +16,15 @@ class SchemaError(GrammarError):
     def __init__(self, message: str, pointer: str = ""):
         super().__init__(message)
         self.pointer = pointer
+        self.tool: str | None = None  # about a tool's parameters: its name and its index among the tools
+        self.tool_index: int | None = None
+
+    def about_tool(self, name: str, index: int) -> "SchemaError":
+        """This error, about the parameters of tool `name`, the `index`-th of the tools given: its
+        message names the tool, its pointer stays the pointer into the parameters."""
+        self.args = (f"tool {name!r}: {self.args[0]}", *self.args[1:])
+        self.tool, self.tool_index = name, index
+        return self
 
 
 class UnsupportedSchemaFeature(SchemaError):

@@ -34,11 +34,14 @@ def as_system(prompt):
     return [{**m, "role": "system"} if m.get("role") == "developer" else m for m in prompt]
 
 
-def describe_in_prompt(session, prompt, chat_template: bool = True, schema_in_prompt: bool | None = None):
+def describe_in_prompt(
+    session, prompt, chat_template: bool = True, schema_in_prompt: bool | None = None, budget: int | None = None
+):
     """`prompt` with the JSON output's description (step 3) when `schema_in_prompt` (None: the
     session's setting) says so and the session's output is JSON; chat messages or text (which becomes
     a user message) get it at the start of their system message, text without a chat template as a
-    first paragraph; token ids are unchanged."""
+    first paragraph; token ids are unchanged. budget: the description's tokens at most (None: the
+    session's `schema_hint_budget`; see `guided.schema_prompt.describe_schema`)."""
     if session is None or session.json_spec is None:  # nothing to describe (front ends refuse asking for it)
         return prompt
     wanted = session.schema_in_prompt if schema_in_prompt is None else schema_in_prompt
@@ -46,10 +49,16 @@ def describe_in_prompt(session, prompt, chat_template: bool = True, schema_in_pr
         return prompt
     schema = session.json_spec.schema if session.json_spec.schema is not None else {"type": "object"}
     style = "schema" if session.tools is not None else None  # beside tools: call or answer, so the whole shape
-    if isinstance(prompt, str) and not (chat_template and session.model.tokenizer.has_chat_template):
-        return f"{describe_schema(schema, style)}\n\n{prompt}"
+    budget = session.schema_hint_budget if budget is None else budget
+    tokenizer = session.model.tokenizer
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    if isinstance(prompt, str) and not (chat_template and tokenizer.has_chat_template):
+        return f"{describe_schema(schema, style, budget, count)}\n\n{prompt}"
     if isinstance(prompt, str) or all(isinstance(m, dict) for m in prompt):
-        return with_schema_description(prompt, schema, style)
+        return with_schema_description(prompt, schema, style, budget, count)
     return prompt  # token ids: the caller rendered the prompt
 
 
@@ -62,6 +71,7 @@ def render_prompt(
     tools: list[dict] | None = None,
     chat_template_kwargs: dict | None = None,
     schema_in_prompt: bool | None = None,
+    schema_hint_budget: int | None = None,
     max_reasoning_tokens: int | None = None,
 ) -> RenderedPrompt:
     """Render `prompt` (text, chat messages or token ids) for a generation on `model` under `session`
@@ -69,13 +79,14 @@ def render_prompt(
 
     tools: the template's tools (None: under a tools session, the format's `template_tools`).
     schema_in_prompt: None for the session's setting (`guided.schema_prompt.SCHEMA_IN_PROMPT` by
-    default). max_reasoning_tokens: the reasoning budget (None: the session's, else 1024). Raises
-    ValueError for a bad prompt or a template that cannot render it (jinja2's TemplateError too)."""
+    default); schema_hint_budget: the description's tokens at most (None: the session's).
+    max_reasoning_tokens: the reasoning budget (None: the session's, else 1024). Raises ValueError
+    for a bad prompt or a template that cannot render it (jinja2's TemplateError too)."""
     prompt = as_system(prompt)
     if session is not None and session.tools is not None:
         tools = session.tools.template_tools if tools is None else tools
         prompt = session.tools.prompt(prompt)
-    prompt = describe_in_prompt(session, prompt, chat_template, schema_in_prompt)
+    prompt = describe_in_prompt(session, prompt, chat_template, schema_in_prompt, schema_hint_budget)
     ids = model.prompt_ids(prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs)
     markers = session.reasoning_tokens if session is not None else model.tokenizer.reasoning_tokens
     if max_reasoning_tokens is None:

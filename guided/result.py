@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guided.compiler import NotEnforced
+from guided.outcome import Outcome
 from guided.strategy import GuidedStats
 from guided.tools.calls import ToolCall
 from runtime.sequence import GenerationResult
@@ -27,6 +28,8 @@ class GuidedResult(GenerationResult):
         pydantic, as the openai client's `parse` does); None when not valid or for other schemas.
     tool_calls: the calls of a `tools=` session (`guided.tools.calls.ToolCall`: id, name, arguments
         text, parsed args), taken from the grammar's captures; content: its text beside them, or None.
+    outcome: what the result means for a reply (`guided.outcome.Outcome`: finish, content,
+        reasoning and its token count, calls, refusal), decided by the verdict.
     """
 
     value: Any = None
@@ -40,3 +43,4 @@ class GuidedResult(GenerationResult):
     parsed: Any = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     content: str | None = None
+    outcome: Outcome | None = None

@@ -20,7 +20,7 @@ the grammar already writes the keys, so the rest is noise a small model copies i
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from guided.schema.pointer import resolve_local_ref
 
@@ -51,6 +51,12 @@ FORMATS = {
 SCHEMA_IN_PROMPT = True
 SCHEMA_PROMPT_STYLE = "hints"
 STYLES = ("schema", "hints")
+# The token budget of a description (issue 39): a schema with an enum of thousands of product codes
+# would otherwise put every one into the system message (25,000 prompt tokens for a ten-word
+# question). A few hundred tokens hold the hints of every schema of the labelled set whole.
+SCHEMA_HINT_BUDGET = 400
+ENUM_SHOWN = (16, 4)  # members named of an enum too large for the budget, tried in this order
+LEFT_TO_GRAMMAR = "(the form of {} more keys is left to the output's grammar)"
 # Keywords that fix the form of a value beyond its type: the keys a "hints" description names.
 _FORM_KEYWORDS = frozenset(
     ("const", "enum", "format", "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum")
@@ -68,7 +74,9 @@ _PLURAL = {
 MAX_DEPTH = 8  # deeper nesting is described as its type only; keeps recursive and huge schemas bounded
 
 
-def describe_schema(schema: dict | bool, style: str | None = None) -> str:
+def describe_schema(
+    schema: dict | bool, style: str | None = None, budget: int | None = None, count: Callable[[str], int] | None = None
+) -> str:
     """A description of the JSON value `schema` asks for, to put in a prompt: a lead line, then (for an
     object) one line per property in declaration order, nested objects indented, optional properties
     marked. `schema`: a JSON Schema as a dict or bool (e.g. `GrammarSpec.schema`); local `$ref`s are
@@ -79,6 +87,11 @@ def describe_schema(schema: dict | bool, style: str | None = None) -> str:
     length, under a "Write these values in this form:" lead; "" when there are none, or for a root without
     such keywords), None for `SCHEMA_PROMPT_STYLE`. Raises ValueError for another style.
 
+    budget: at most this many tokens, as `count(text)` counts them (None: no limit). A description
+    over it is shortened, never the schema: enums are said by their size and a few members
+    (`ENUM_SHOWN`), then the lines past the budget are left out with a note (`LEFT_TO_GRAMMAR`); the
+    grammar enforces all of it either way. Within the budget the description is the full one.
+
     >>> print(describe_schema({"type": "object", "properties": {"d": {"type": "string", "format": "date"}},
     ...                        "required": ["d"]}))
     Respond with only a JSON object with these keys, in this order:
@@ -87,16 +100,40 @@ def describe_schema(schema: dict | bool, style: str | None = None) -> str:
     style = SCHEMA_PROMPT_STYLE if style is None else style
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
-    return _Describer(schema, hints=style == "hints").root()
+    text = _Describer(schema, hints=style == "hints").root()
+    if budget is None or count is None or count(text) <= budget:
+        return text  # within the budget: the whole description, unchanged
+    for shown in ENUM_SHOWN:  # first, large enums by their size and a few members
+        text = _Describer(schema, hints=style == "hints", enum_shown=shown).root()
+        if count(text) <= budget:
+            return text
+    return _cut_lines(text, budget, count)
 
 
-def with_schema_description(prompt, schema, style: str | None = None) -> list[dict]:
-    """Chat messages for `prompt` (text, or a list of chat messages) with `describe_schema(schema, style)`
+def _cut_lines(text: str, budget: int, count: Callable[[str], int]) -> str:
+    """The lead line (always) and as many of the next lines as fit in `budget` tokens beside the
+    closing note that says how many were left to the grammar."""
+    lines = text.split("\n")
+    kept, used = lines[:1], count(lines[0])
+    for line in lines[1:]:
+        note = LEFT_TO_GRAMMAR.format(len(lines) - len(kept))
+        if used + count(line) + count(note) + 2 > budget:
+            return "\n".join([*kept, note])
+        kept.append(line)
+        used += count(line) + 1
+    return "\n".join(kept)
+
+
+def with_schema_description(
+    prompt, schema, style: str | None = None, budget: int | None = None, count: Callable[[str], int] | None = None
+) -> list[dict]:
+    """Chat messages for `prompt` (text, or a list of chat messages) with `describe_schema(schema, style,
+    budget, count)`
     at the start of the system message: prepended to the first message if it is a system (or
     developer) message, else a system message is added before the others; an empty description adds
     nothing. The input is not changed. Raises ValueError for a prompt of token ids (there is no
     message to add text to) or an unknown style."""
-    description = describe_schema(schema, style)
+    description = describe_schema(schema, style, budget, count)
     if not description and isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
     if isinstance(prompt, str):
@@ -114,9 +151,10 @@ def with_schema_description(prompt, schema, style: str | None = None) -> list[di
 
 
 class _Describer:
-    def __init__(self, root, hints: bool = False):
+    def __init__(self, root, hints: bool = False, enum_shown: int | None = None):
         self.root_schema = root
         self.hints = hints  # only the keys whose form a model could not guess (see `describe_schema`)
+        self.enum_shown = enum_shown  # name at most this many members of an enum (None: all)
 
     def root(self) -> str:
         node = self._resolve(self.root_schema, set())[0]
@@ -174,7 +212,11 @@ class _Describer:
         if "const" in node:
             return f"exactly {_json(node['const'])}", []
         if "enum" in node and isinstance(node["enum"], list):
-            return "one of " + ", ".join(_json(v) for v in node["enum"]), []
+            values = node["enum"]
+            if self.enum_shown is not None and len(values) > self.enum_shown:
+                shown = ", ".join(_json(v) for v in values[: self.enum_shown])
+                return f"one of {len(values)} values, such as {shown}", []
+            return "one of " + ", ".join(_json(v) for v in values), []
         for key in ("anyOf", "oneOf"):
             if isinstance(node.get(key), list) and node[key]:
                 return self.alternatives(node[key], depth, active), []

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from benchmarks.extraction_data import DOMAINS, FULL_PER_DOMAIN, examples, normalise, score
-from guided import ConstrainedSession, check_json, make_spec
+from guided import Constraint, check_json, make_spec
 
 
 def test_the_set_is_deterministic_and_a_sample_is_a_prefix_of_the_full_set():
@@ -94,7 +94,9 @@ def test_the_variant_marked_default_is_what_the_shipped_defaults_run():
     assert default.constrained
     assert default.style == (SCHEMA_PROMPT_STYLE if SCHEMA_IN_PROMPT else None)
     assert default.whitespace == make_spec(schema={"type": "object"}).options["whitespace"]  # the shipped layout
-    assert inspect.signature(ConstrainedSession).parameters["whitespace"].default is None  # i.e. make_spec's
+    assert (
+        inspect.signature(Constraint).parameters["whitespace"].default is None
+    )  # i.e. make_spec's (the session passes it on)
 
 
 def test_resume_keeps_only_comparable_answers(tmp_path):

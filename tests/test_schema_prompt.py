@@ -4,7 +4,10 @@ import copy
 
 import pytest
 
-from guided.schema_prompt import SCHEMA_PROMPT_STYLE, describe_schema, with_schema_description
+from guided import ConstrainedSession
+from guided.prompt import describe_in_prompt
+from guided.schema_prompt import LEFT_TO_GRAMMAR, SCHEMA_PROMPT_STYLE, describe_schema, with_schema_description
+from runtime.errors import ParameterError
 
 INVOICE = {
     "type": "object",
@@ -181,7 +184,6 @@ def test_token_ids_cannot_carry_a_description():
 
 
 def test_session_puts_the_description_in_the_prompt_it_sends(tiny_model):
-    from guided import ConstrainedSession
 
     chat = [{"role": "system", "content": "You extract fields."}, {"role": "user", "content": "Doc"}]
     on = ConstrainedSession(tiny_model, schema=INVOICE, schema_in_prompt=True)
@@ -197,7 +199,6 @@ def test_session_puts_the_description_in_the_prompt_it_sends(tiny_model):
 
 
 def test_json_object_gets_no_hints_and_other_constraints_refuse_the_option(tiny_model):
-    from guided import ConstrainedSession
 
     # The shipped style ("hints") says only what the grammar fixes and a model could not guess: for
     # json_object nothing, so the prompt is sent as the user's message alone.
@@ -283,3 +284,55 @@ def test_the_session_and_the_server_render_one_prompt(tiny_model, tools, monkeyp
     assert rendered[0] == params.prompt_ids  # (the loop passes the ids through it again)
     text = tiny_model.tokenizer.hf.decode(params.prompt_ids)
     assert text.count("<|im_start|>system") == 1 and "developer" not in text and "Be terse." in text
+
+
+CODES = [f"SKU-{i:05d}" for i in range(3000)]
+PRODUCT = {
+    "type": "object",
+    "properties": {
+        "product": {"enum": CODES},
+        "currency": {"enum": ["EUR", "USD", "GBP"]},
+        "day": {"type": "string", "format": "date"},
+    },
+    "required": ["product", "currency", "day"],
+}
+
+
+def test_hints_of_a_huge_enum_stay_within_the_budget(tiny_model):
+    """A 3,000-value enum is said by its size and a few members, so the description stays within the
+    token budget; the small enum and the date keep their full hints. The grammar still holds all
+    3,000 codes."""
+    session = ConstrainedSession(tiny_model, schema=PRODUCT, schema_hint_budget=300)
+    count = lambda text: len(tiny_model.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+    hints = session.prompt("Which product?")[0]["content"]
+    assert count(hints) <= 300
+    assert '"product" (one of 3000 values, such as "SKU-00000"' in hints
+    assert '"currency" (one of "EUR", "USD", "GBP")' in hints and "YYYY-MM-DD" in hints
+    full = describe_schema(PRODUCT)
+    assert count(full) > 20 * count(hints) and "SKU-02999" in full
+    ids = lambda budget: session.model.prompt_ids(  # noqa: E731
+        describe_in_prompt(session, "Which product?", budget=budget)
+    )
+    without = session.model.prompt_ids(describe_in_prompt(session, "Which product?", schema_in_prompt=False))
+    assert len(ids(300)) - len(without) <= 300 < len(ids(10**6)) - len(without)
+    assert session.matcher.accept_tokens(
+        tiny_model.tokenizer.encode('{"product": "SKU-02999"', add_special_tokens=False)
+    )
+
+
+def test_past_the_budget_the_last_keys_are_left_to_the_grammar():
+    """Many keys with hints: the lines that do not fit are left out with a note that says how many;
+    within the budget the description is exactly the full one."""
+    schema = {"type": "object", "properties": {f"d{i}": {"type": "string", "format": "date"} for i in range(40)}}
+    words = lambda text: len(text.split())  # noqa: E731 - any count works: the budget is in its units
+    full = describe_schema(schema)
+    assert describe_schema(schema, budget=words(full), count=words) == full
+    cut = describe_schema(schema, budget=60, count=words)
+    assert words(cut) <= 60 and cut.startswith(full.split("\n")[0])
+    kept = cut.split("\n")[1:-1]
+    assert kept == full.split("\n")[1 : 1 + len(kept)] and LEFT_TO_GRAMMAR.format(40 - len(kept)) == cut.split("\n")[-1]
+
+
+def test_a_bad_budget_is_refused(tiny_model):
+    with pytest.raises(ParameterError, match="schema_hint_budget"):
+        ConstrainedSession(tiny_model, schema=PRODUCT, schema_hint_budget=0)

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from guided import ConstrainedSession
+from guided import ConstrainedSession, SchemaError
 from guided.tools.calls import CallStream
 from guided.tools.constraint import make_tool, text_not_starting_with, tool_constraint
 from tests.tool_defs import SEARCH, UNIT
@@ -139,7 +139,7 @@ def test_generic_format_envelope(tiny_model):
         tiny_model, tools=[UNIT], tool_choice="required", tool_format="generic", parallel_tool_calls=False
     )
     assert session.tools.template_tools is None and "set_unit" in session.tools.system_prompt
-    assert session.tool_prompt(USER)[0]["role"] == "system"
+    assert session.tools.prompt(USER)[0]["role"] == "system"
     result = session.generate(USER, max_tokens=60)
     assert result.valid, result.errors
     assert result.text.startswith('{"tool_calls": [') and result.tool_calls[0].name == "set_unit"
@@ -234,3 +234,24 @@ def test_stop_strings_do_not_cut_calls_through_the_server(tiny_model):
     streamed = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     assert "".join(tc.function.arguments or "" for tc in streamed) == call.function.arguments
+
+
+@pytest.mark.parametrize(
+    "parameters, kind, pointer",
+    [
+        ({"type": "object", "properties": {"n": {"type": "integr"}}}, SchemaError, "/properties/n/type"),
+        ({"type": "array"}, SchemaError, ""),  # arguments are an object
+        ({"type": "object", "properties": {"x": {"type": "string", "format": "zzz"}}}, SchemaError, None),
+    ],
+)
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_tool_definitions_are_checked_in_one_place(tiny_model, parameters, kind, pointer, choice):
+    """A tool whose parameters the engine cannot take is refused by guided alone, under every
+    tool_choice ("none" too), with a typed error naming the tool, its index among the tools and
+    the pointer into its parameters (the server turns the index into `tools[i]...`)."""
+    bad = {"type": "function", "function": {"name": "bad", "parameters": parameters}}
+    with pytest.raises(kind) as caught:
+        ConstrainedSession(tiny_model, tools=[SEARCH, bad], tool_choice=choice)
+    e = caught.value
+    assert (e.tool, e.tool_index) == ("bad", 1) and str(e).startswith("tool 'bad': ")
+    assert pointer is None or e.pointer == pointer

@@ -40,6 +40,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from guided import free_outcome
+
     sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
     common.check_grammar_args(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
@@ -66,34 +68,31 @@ def run(args) -> int:
         sys.stdout.write("\n")
     else:
         result = runner.generate(prompt, **kwargs)
-        if getattr(result, "reasoning", None):
-            print(f"[reasoning] {result.reasoning}", file=sys.stderr)
-        cut = cut_calls(tools, result)  # as the server: the complete calls, the one cut by max_tokens dropped
-        if cut:
+    # What the result means is decided once (`guided.outcome`); the CLI renders it, as the server does.
+    outcome = result.outcome if session is not None else free_outcome(result)
+    # Beside complete calls, an output cut by --max-tokens is those calls (the cut one is dropped).
+    usable = session is None or result.valid or outcome.finish == "tool_calls"
+    if not args.stream:
+        if outcome.reasoning:
+            print(f"[reasoning] {outcome.reasoning}", file=sys.stderr)
+        if outcome.finish == "tool_calls" and result.finish_reason == "length":
             print("coreai generate: a call cut by --max-tokens was dropped", file=sys.stderr)
-        if session is not None and not result.valid and not cut:
-            # stdout carries only valid output (e.g. into a pipe)
+        if not usable:  # stdout carries only valid output (e.g. into a pipe)
             print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
         elif tools is not None:  # one JSON line per call, then the text answer, if any
-            for call in result.tool_calls:
+            for call in outcome.tool_calls:
                 print(json.dumps({"name": call.name, "arguments": call.args}, ensure_ascii=False))
-            if result.content:
-                print(result.content)
+            if outcome.content:
+                print(outcome.content)
         else:
-            print(result.text)
+            print(outcome.content)
     common.print_stats(result, args.verbose)
     if session is not None and args.verbose:
         common.print_enforcement(session, result)
-    if session is not None and not result.valid and not cut_calls(tools, result):
+    if not usable:
         print(f"coreai generate: invalid output: {'; '.join(result.errors)}", file=sys.stderr)
         return 1
-    return 0 if result.finish_reason in ("stop", "length") else 1
-
-
-def cut_calls(tools, result) -> bool:
-    """Whether `max_tokens` cut a tools reply after at least one complete call (the server then
-    answers with the complete calls, finish_reason tool_calls)."""
-    return tools is not None and result.finish_reason == "length" and bool(result.tool_calls)
+    return 1 if outcome.finish == "error" else 0
 
 
 def read_tools(args) -> list:

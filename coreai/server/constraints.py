@@ -23,7 +23,6 @@ from coreai.server.schemas import (
 from guided import ConstrainedSession, GrammarCache, TokenizerInfo
 from guided.enforcement import GRAMMAR, ROLLBACK
 from guided.schema.pointer import parse_pointer, pointer
-from guided.tools.constraint import parameters_schema
 from runtime import Model
 
 
@@ -57,10 +56,8 @@ class Constraints:
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:
-            tool = getattr(exc, "tool", None)  # the session names the tool whose parameters it cannot enforce
-            if tool is not None:
-                names = [t.get("function", t)["name"] for t in options["tools"]]
-                param = f"tools[{names.index(tool)}].function.parameters"
+            if getattr(exc, "tool_index", None) is not None:  # guided names the tool whose parameters fail
+                param = f"tools[{exc.tool_index}].function.parameters"
             raise from_library_error(exc, param) from None
 
     def structured(self, req: SamplingFields, response_format=None) -> Constraint | None:
@@ -84,14 +81,6 @@ class Constraints:
                 '(or pass tool_choice: "none")',
                 param.split(".")[0],
             )
-        for i, tool in enumerate(req.tools):
-            param = f"tools[{i}].function.parameters"
-            try:
-                schema = parameters_schema(tool.function.parameters, tool.function.strict)
-                # Compiled alone, so an invalid schema or an engine limit is reported with this tool's pointer.
-                self._session(param, req, schema=schema, strict=False)
-            except SchemaError as exc:
-                raise from_library_error(exc, param) from None
         names = [t.function.name for t in req.tools]
         if len(set(names)) != len(names):
             raise bad_request("tool function names must be unique", "tools")

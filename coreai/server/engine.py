@@ -20,6 +20,7 @@ from mlx_lm.models.cache import LRUPromptCache
 
 from coreai.server.queue import Job
 from guided import ConstrainedSession
+from guided.generation import Generation
 from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
 from runtime.reasoning import ReasoningPlan
@@ -96,6 +97,7 @@ class Engine:
         cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes) if prompt_cache_bytes > 0 else None
         self.batch = BatchGenerator(model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache)
         self._failed: set[Job] = set()  # jobs whose delivery failed, until their row leaves
+        self._generations: dict[Job, Generation] = {}  # each constrained row's generation, until it leaves
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -106,7 +108,8 @@ class Engine:
         p: GenerationParams = job.params
         if p.session is not None:
             # Buffers of its own: the n choices of a request share its session and run at once.
-            strategy = p.session.strategy(p.sampling, p.logprobs, p.reasoning, shared_bitmask=False)
+            self._generations[job] = p.session.generation(p.sampling, p.logprobs, p.reasoning)
+            strategy = self._generations[job].strategy
         else:
             strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs, padding_mask=self.model.padding_mask)
         self.batch.add(
@@ -136,20 +139,21 @@ class Engine:
                 self._failed.add(job)
             if delta.result is not None:
                 self._failed.discard(job)
+                self._generations.pop(job, None)
                 ended.append(job)
         return ended
 
     def _deliver(self, row, delta) -> None:
         job, p = row.tag, row.tag.params
         logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
-        if delta.text or logprobs:
-            tracker = getattr(row.strategy, "tracker", None)  # tools: the ids of the calls streamed
-            job.put(Piece(delta.text, logprobs, delta.parts, tuple(tracker.ids) if tracker is not None else ()))
+        generation = self._generations.get(job)
+        if delta.text or logprobs:  # with tools, the ids of the calls streamed so far
+            job.put(Piece(delta.text, logprobs, delta.parts, generation.call_ids if generation is not None else ()))
         if delta.result is None:
             return
         r = delta.result
-        if p.session is not None:
-            r = p.session.verdict(r, row.strategy)
+        if generation is not None:
+            r = generation.verdict(r)
         log.info(
             "prompt %d tokens (%d cached), ttft %.3f s, %d tokens at %.1f tok/s, %d forward passes, "
             "%d of %d draft tokens accepted, finish %s%s",

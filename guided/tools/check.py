@@ -135,36 +135,30 @@ class CallChecker:
 def call_plans(tools: ToolConstraint, tokenizer: TokenizerInfo, cache: GrammarCache) -> dict[str, CheckPlan]:
     """What validate-and-rollback checks inside the calls of each tool whose parameters use a
     keyword the grammar cannot express (the tools grammar leaves it out), by tool name; {} under
-    "none", whose calls are not constrained. Each tool's parameters are compiled alone (cached), so
-    a keyword neither the grammar nor validate-and-rollback enforces raises UnsupportedSchemaFeature
-    naming the keyword, its pointer and the tool (`.tool`), as any other SchemaError about them does;
+    "none", whose calls are not constrained. Every tool's parameters are compiled alone (cached; under
+    "none" too), the one check of tool definitions against the engine, so a keyword neither the
+    grammar nor validate-and-rollback enforces raises UnsupportedSchemaFeature naming the keyword, its
+    pointer and the tool (`.tool`, `.tool_index`), as any other SchemaError about them does;
     so does a keyword left to validate-and-rollback in a format whose calls are not JSON envelopes
     (pythonic, qwen3_coder, mistral_names: `ToolFormat.json_calls`), which this checker cannot follow."""
-    if tools.mode == "none":
-        return {}
     fmt = FORMATS.get(tools.fmt)
     plans = {}
-    for tool in tools.tools:
+    for index, tool in enumerate(tools.tools):
         try:
             compiled = cache.get(make_spec(schema=tool.parameters, strict=False), tokenizer)
-        except UnsupportedSchemaFeature as exc:
-            error = UnsupportedSchemaFeature(f"tool {tool.name!r}: {exc}", exc.keyword, exc.pointer)
-            error.tool = tool.name
-            raise error from None
         except SchemaError as exc:
-            exc.tool = tool.name
-            raise
+            raise exc.about_tool(tool.name, index) from None
+        if tools.mode == "none":
+            continue  # checked, but its calls are not constrained
         if compiled.checks is None:
             continue
         if fmt is not None and not fmt.json_calls:
             e = next(e for e in enforcement(compiled) if e.how == ROLLBACK)
-            error = UnsupportedSchemaFeature(
-                f"tool {tool.name!r}: cannot enforce {e.keyword} at {e.pointer} in a {tools.fmt} call: the grammar "
-                "cannot express it, and validate-and-rollback follows JSON calls only (use tool_format='generic')",
+            raise UnsupportedSchemaFeature(
+                f"cannot enforce {e.keyword} at {e.pointer} in a {tools.fmt} call: the grammar cannot express "
+                "it, and validate-and-rollback follows JSON calls only (use tool_format='generic')",
                 e.keyword,
                 e.pointer,
-            )
-            error.tool = tool.name
-            raise error
+            ).about_tool(tool.name, index)
         plans[tool.name] = compiled.checks
     return plans

@@ -117,6 +117,13 @@ def make_tool(tool) -> Tool:
     return Tool(name, parameters_schema(shown, strict), function.get("description"), strict, shown)
 
 
+def _given_name(tool) -> str:
+    """The name a tool definition gives itself (for errors about it, before it is checked)."""
+    if isinstance(tool, dict):
+        return str(tool.get("function", tool).get("name"))
+    return getattr(tool, "__name__", repr(tool))
+
+
 def call_schema(tools: list[Tool], key: str = "arguments") -> dict:
     """JSON Schema of one call's JSON: `{"name": const, key: parameters}` for any of `tools`."""
     options = [
@@ -313,10 +320,15 @@ def tool_constraint(
     flat {"type": "function", "name": ...}). tool_format: None to detect it from the chat template.
     answer: the engine's JSON Schema of a response format for the text answer (see `tool_grammar`).
     Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
-    tokenizer cannot express) or SchemaError (bad parameters)."""
+    tokenizer cannot express) or SchemaError (bad parameters; `.tool`, `.tool_index`, `.pointer`)."""
     if not tools:
         raise ValueError("tools must be a non-empty list")
-    parsed = [make_tool(t) for t in tools]
+    parsed = []
+    for i, tool in enumerate(tools):
+        try:
+            parsed.append(make_tool(tool))
+        except SchemaError as exc:
+            raise exc.about_tool(_given_name(tool), i) from None
     names = [t.name for t in parsed]
     if len(set(names)) != len(names):
         raise ValueError("tool function names must be unique")

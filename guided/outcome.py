@@ -1,0 +1,66 @@
+"""`Outcome`: what a finished generation means, decided once for every front end.
+
+Chat completions, Responses, the CLI (and the coming Messages) render an `Outcome`; none of them
+decides again what a result means. The rules (OpenAI's, which the others map from):
+
+- finish "tool_calls": complete calls were made, whether the output then stopped or was cut by the
+  token budget (a call cut by max_tokens is no call; the complete ones were closed under the grammar);
+- "length": cut by the budget with no complete call; "stop": ended normally;
+- "error": the grammar engine failed, or the output stopped but breaks its constraint (the verdict
+  turned that "stop" into "error"), or a cancelled generation with nobody listening. A constrained
+  output that ended "error" carries a `refusal`, so that a client's `parse()` never presents it as valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guided.tools.calls import ToolCall
+from runtime.reasoning import ReasoningPlan
+from runtime.sequence import GenerationResult
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """finish: "stop" | "length" | "tool_calls" | "error" (see the module docstring). content: the
+    text answer ("" when none; beside calls, the text outside them). reasoning: a thinking model's
+    reasoning text, or None when it did not reason; reasoning_tokens: the tokens of its block (end
+    marker included), at most the completion tokens. tool_calls: the complete calls. error: why
+    "error" (the engine's or the check's message). refusal: for a constrained output that failed,
+    the message a reply carries instead of presenting it; None otherwise."""
+
+    finish: str
+    content: str = ""
+    reasoning: str | None = None
+    reasoning_tokens: int = 0
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    error: str | None = None
+    refusal: str | None = None
+
+
+def decide(
+    result: GenerationResult,
+    content: str,
+    calls: list[ToolCall],
+    reasoning: str | None,
+    reasoning_tokens: int,
+    constrained: bool,
+) -> Outcome:
+    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one)."""
+    reason = result.finish_reason
+    if reason == "stop" or (reason == "length" and calls):
+        finish = "tool_calls" if calls else "stop"
+    else:
+        finish = "length" if reason == "length" else "error"
+    error = (result.error or "generation failed") if finish == "error" else None
+    refusal = f"the output is not valid against its constraint: {error}" if constrained and error else None
+    tokens = min(reasoning_tokens, result.usage.completion_tokens) if reasoning is not None else 0
+    return Outcome(finish, content, reasoning, tokens, list(calls), error, refusal)
+
+
+def free_outcome(result: GenerationResult, plan: ReasoningPlan | None = None) -> Outcome:
+    """The `Outcome` of an unconstrained generation: its reasoning block (per `plan`, the plan it
+    ran with) split off the text and counted in tokens."""
+    reasoning, content = plan.split(result.text) if plan is not None else (None, result.text)
+    tokens = plan.count(result.token_ids) if plan is not None else 0
+    return decide(result, content, [], reasoning, tokens, constrained=False)
