@@ -184,6 +184,17 @@ class ReasoningPlan:
         """(reasoning or None when there was no block, answer) of a whole output."""
         return split_reasoning(text, self.tokens.markers, self.opened)
 
+    def count(self, token_ids: list[int]) -> int:
+        """The tokens inside an output's reasoning block, its end marker included and the start
+        marker not (as the guided strategy counts them): the rest of the output while the block is
+        open; 0 when the output did not open one."""
+        first = 0 if self.opened else 1
+        if not self.opened and token_ids[:1] != [self.tokens.start[0]]:
+            return 0
+        end = self.tokens.end[0]
+        last = token_ids.index(end, first) + 1 if end in token_ids[first:] else len(token_ids)
+        return last - first
+
 
 def plan_reasoning(
     tokens: ReasoningTokens | None,
