@@ -117,14 +117,18 @@ def bundle_remotes(schema, draft: str):
 
 def compile_status(schema, info, **options):
     """(status, detail, compiled or None, seconds): status is "compiled", "refused" (an unenforceable
-    keyword: detail names it) or "error" (invalid schema, unsatisfiable, limits: detail is the message)."""
-    from guided import SchemaError, UnsupportedSchemaFeature, compile_grammar, make_spec
+    keyword: detail names it), "unsatisfiable" (a schema no value satisfies, refused at compile time
+    with `UnsatisfiableSchema`: right when every instance is invalid) or "error" (invalid schema,
+    limits: detail is the message)."""
+    from guided import SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature, compile_grammar, make_spec
 
     t0 = time.perf_counter()
     try:
         compiled = compile_grammar(make_spec(schema=schema, **options), info)
     except UnsupportedSchemaFeature as exc:
         return "refused", exc.keyword or str(exc)[:120], None, time.perf_counter() - t0
+    except UnsatisfiableSchema as exc:
+        return "unsatisfiable", str(exc)[:160], None, time.perf_counter() - t0
     except (SchemaError, ValueError) as exc:
         return "error", str(exc)[:160], None, time.perf_counter() - t0
     except Exception as exc:  # an engine panic or anything unexpected: recorded, never hidden

@@ -7,7 +7,7 @@ this module re-exports them all, and the server maps each to an OpenAI error obj
 
 from __future__ import annotations
 
-from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from recipes.errors import ExportError, SourceError
 from runtime.errors import CoreAIError, ModelNotFound
 
@@ -18,5 +18,6 @@ __all__ = [
     "ModelNotFound",
     "SchemaError",
     "SourceError",
+    "UnsatisfiableSchema",
     "UnsupportedSchemaFeature",
 ]

@@ -8,7 +8,7 @@ from guided.bitmask import TokenBitmask, apply_token_bitmask
 from guided.cache import CacheStats, GrammarCache, default_cache
 from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend, NotEnforced, compile_grammar
 from guided.constraint import Constraint
-from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from guided.generation import Generation
 from guided.matcher import GrammarMatcher
 from guided.outcome import Outcome, free_outcome
@@ -39,6 +39,7 @@ __all__ = [
     "SchemaError",
     "TokenBitmask",
     "TokenizerInfo",
+    "UnsatisfiableSchema",
     "UnsupportedSchemaFeature",
     "apply_token_bitmask",
     "build_tokenizer_info",

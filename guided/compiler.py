@@ -19,7 +19,7 @@ from typing import Protocol
 from llguidance import LLMatcher, LLParserLimits
 
 from guided.checker import CheckPlan
-from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from guided.matcher import GrammarMatcher
 from guided.productive import check_ends
 from guided.schema.pointer import get, local_ref, parse_pointer, path_of, pointer
@@ -273,7 +273,7 @@ def _compile(spec: GrammarSpec, tokenizer: TokenizerInfo, limits: LLParserLimits
                 and close_objects(spec.schema) != spec.schema
             )
             hint = " under strict mode (strict=False allows undeclared properties)" if closed else ""
-            raise SchemaError(f"no JSON value satisfies the schema{hint}: {message}")
+            raise UnsatisfiableSchema(f"no JSON value satisfies the schema{hint}: {message}")
         raise _unsupported(*locate(spec.schema, message)[0], message)
     # The lexer is built lazily: the first mask is where most limits (lexer states, fuel, Earley
     # items) are hit. Computing it here turns that into a compile error, and every matcher copied

@@ -27,6 +27,12 @@ class SchemaError(GrammarError):
         return self
 
 
+class UnsatisfiableSchema(SchemaError):
+    """A valid schema that no JSON value satisfies (`false`, `not: {}`, a `$ref` cycle that never
+    reaches a value, contradictory keywords): refused at compile time, since every output would be
+    invalid. `pointer` blames the part that excludes everything where it is known."""
+
+
 class UnsupportedSchemaFeature(SchemaError):
     """A valid schema using a keyword the engine cannot enforce (raised unless `lenient=True`).
 

@@ -40,7 +40,7 @@ from typing import Any
 from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
-from guided.errors import GrammarError, SchemaError
+from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema
 from guided.schema.checks import check_depth, check_finite, check_metaschema, check_property_patterns
 from guided.schema.numbers import engine_numbers
 from guided.schema.pointer import pointer
@@ -223,7 +223,7 @@ def json_spec(text: str, kind: str, whitespace: str, strict: bool, lenient: bool
     check_metaschema(schema)
     check_property_patterns(schema)
     if schema is False:
-        raise SchemaError("the schema `false` accepts no value")
+        raise UnsatisfiableSchema("the schema `false` accepts no value")
     check_finite(schema)
     # llguidance applies options only to object schemas; {} means the same as true
     compiled = {} if schema is True else engine_schema(schema, strict)

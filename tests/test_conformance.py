@@ -355,3 +355,23 @@ def test_generation_path_accepts_what_the_copy_rejects(qwen):
         m.fill_next_token_bitmask(buf)
         assert (buf[0, t // 32] >> (t % 32)) & 1 and m.accept_token(t)
     assert m.is_accepting()
+
+
+@pytest.mark.parametrize(
+    "schema", [False, {"not": {}}, {"$ref": "#"}, {"allOf": [{"type": "string"}, {"type": "integer"}]}]
+)
+def test_a_schema_no_value_satisfies_is_refused_and_judged_right(qwen, schema):
+    """A schema no JSON value satisfies is refused at compile time with `UnsatisfiableSchema`; the
+    harness counts that refusal as a right verdict on every invalid instance (a wrong one on a
+    valid instance), not as a compile error."""
+    from conformance import suite
+    from guided import UnsatisfiableSchema
+
+    hf, info = qwen
+    with pytest.raises(UnsatisfiableSchema):
+        _compile(schema, info)
+    tests = [{"data": 1, "valid": False}, {"data": "a", "valid": False}]
+    r = suite.run_case_group(schema, tests, info, hf)
+    assert r["compile"]["default"][0] == "unsatisfiable"
+    assert [c["default"] for c in r["cases"]] == ["pass", "pass"]
+    assert suite.run_case_group(schema, [{"data": 1, "valid": True}], info, hf)["cases"][0]["default"] == "fn"

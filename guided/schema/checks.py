@@ -8,7 +8,7 @@ import re
 
 import jsonschema_rs
 
-from guided.errors import SchemaError, UnsupportedSchemaFeature
+from guided.errors import SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from guided.schema.pointer import pointer, resolve_local_ref
 from guided.schema.walk import subschemas
 
@@ -182,4 +182,4 @@ def check_finite(schema) -> None:
             else f"it refers to itself through the $ref at {where} without ever reaching a value (every value "
             "would need another value of that schema inside it)"
         )
-        raise SchemaError(f"no finite JSON value satisfies the schema: {reason}", where)
+        raise UnsatisfiableSchema(f"no finite JSON value satisfies the schema: {reason}", where)
