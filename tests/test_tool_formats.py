@@ -393,7 +393,7 @@ def family_server(request, family_model):
 
     config = ServerConfig(model_name="tiny", max_tokens=200, temperature=0.0)
     with serve_in_thread(family_model(request.param), config) as base:
-        yield base
+        yield base, request.param
 
 
 def test_server_calls_whole_and_streamed(family_server):
@@ -402,7 +402,8 @@ def test_server_calls_whole_and_streamed(family_server):
     to the whole reply's arguments; no content."""
     import openai
 
-    client = openai.OpenAI(base_url=family_server + "/v1", api_key="unused", max_retries=0)
+    base, fmt = family_server
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
     body = dict(
         model="tiny",
         messages=USER,
@@ -418,7 +419,12 @@ def test_server_calls_whole_and_streamed(family_server):
     chunks = [c for c in client.chat.completions.create(**body, stream=True) if c.choices]
     deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
-    assert deltas[0].id.startswith("call_") and deltas[0].function.name == call.name
+    if fmt == "kimi_k2":  # the model writes the id itself, and its template renders it back
+        assert re.fullmatch(rf"functions\.{call.name}:\d+", whole.message.tool_calls[0].id)
+        assert deltas[0].id == whole.message.tool_calls[0].id
+    else:
+        assert deltas[0].id.startswith("call_")
+    assert deltas[0].function.name == call.name
     assert "".join(d.function.arguments or "" for d in deltas) == call.arguments
     assert not "".join(c.choices[0].delta.content or "" for c in chunks)
 
@@ -614,3 +620,11 @@ def test_a_forced_call_ends_at_its_last_token(tiny_model):
     labels = tracker.feed(ids)
     assert tracker.result(len(ids) - 2)[0] == [] and [c.name for c in tracker.result(len(ids))[0]] == ["ping"]
     assert labels[0] == labels[-1] == "markup" and "call:0" in labels
+
+
+def test_kimi_calls_keep_the_ids_the_model_wrote(family_model):
+    """Kimi K2 writes each call's id (`functions.name:idx`) and its template renders the history's ids
+    in that place: the calls carry the ids the model wrote."""
+    session = ConstrainedSession(family_model("kimi_k2"), tools=[SEARCH, UNIT])
+    accepted, calls, _ = _forced(session, FAMILIES["kimi_k2"][2])
+    assert accepted and [c.id for c in calls] == ["functions.search:0", "functions.set_unit:1"]

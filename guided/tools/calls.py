@@ -23,7 +23,8 @@ from typing import Callable
 
 from guided.matcher import GrammarMatcher
 from guided.tools.constraint import ANSWER_JSON, ToolConstraint
-from guided.tools.formats import CALL_HEAD, FORMATS, read_capture
+from guided.tools.formats import CALL_HEAD, CALL_ID, FORMATS, read_capture
+from guided.tools.syntax import APPEND
 
 MARKUP = "markup"
 _MISTRAL_HEAD = re.compile(r"\s*([\w.-]+)(?:\[ARGS\])?(?=\{)")  # [ARGS] is not shown where it is special
@@ -112,8 +113,9 @@ class CallTracker:
         return len(self.tokens)
 
     def call_id(self, index: int) -> str:
-        """The id of call `index` (`new_call_id()`, made on first use): the one source of a call's
-        id, for its first streamed delta and for the result's `ToolCall`."""
+        """The id of call `index` (`new_call_id()`, made on first use, or the id the model wrote, in
+        formats where it writes one: Kimi K2's `functions.name:idx`): the one source of a call's id,
+        for its first streamed delta and for the result's `ToolCall`."""
         while len(self.ids) <= index:
             self.ids.append(new_call_id())
         return self.ids[index]
@@ -140,12 +142,16 @@ class CallTracker:
         parameters), so a capture ends at the token that brings its last byte, not when it appears."""
         captures = self.shadow.captures()
         while len(self.ends) < len(captures):
-            at = self.bytes.find(captures[len(self.ends)][1], self.cursor)
+            name, value = captures[len(self.ends)]
+            at = self.bytes.find(value, self.cursor)
             if at < 0:
                 return
-            self.cursor = at + len(captures[len(self.ends)][1])
+            self.cursor = at + len(value)
             self.ends.append(self.fed)
-            if self.state == "call":
+            if name.removeprefix(APPEND) == CALL_ID:  # the model named the call it is writing
+                self.call_id(self.calls)
+                self.ids[self.calls] = value.decode("utf-8", errors="replace")
+            elif self.state == "call":
                 self.calls += 1
                 self.state = MARKUP
 

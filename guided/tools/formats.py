@@ -15,6 +15,9 @@ calls in a row as two captures) says how to read it:
   format's `read` to JSON arguments (`json.dumps`, the templates' separators).
 - "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`,
   Kimi K2's `functions.name:0<|tool_call_argument_begin|>{...}`).
+
+Beside the call, "call_id" captures an id the model writes itself before the call (Kimi K2's
+`functions.name:idx`), which becomes the call's id: its template puts the history's ids there.
 """
 
 from __future__ import annotations
@@ -205,16 +208,22 @@ def read_glm45(text: str, tools: dict) -> tuple[str, dict] | None:
     return (name, args) if pos == len(body) else None
 
 
+CALL_ID = "call_id"  # the capture of a call id the model writes itself (Kimi K2), before its call
+
+
 def _kimi_k2(p: Pieces) -> str:
     """Kimi K2: `<|tool_calls_section_begin|>`, per call `<|tool_call_begin|>functions.name:idx
     <|tool_call_argument_begin|>{...}<|tool_call_end|>`, `<|tool_calls_section_end|>`."""
     r = p.refs
     names = " | ".join(f"k{i}" for i in range(len(p.tools)))
     rules = [f"calls: {r[KIMI_SECTION]} kcall{p.more('kcall')} {r[KIMI_SECTION_END]}\n"]
-    rules.append(f'kcall: {r[KIMI_CALL]} "functions." ({names}) {r[KIMI_CALL_END]}\n')
+    rules.append(f"kcall: {r[KIMI_CALL]} ({names}) {r[KIMI_CALL_END]}\n")
     for i, tool in enumerate(p.tools):
         body = json.dumps({**tool.parameters, "x-guidance": CALL_JSON_STYLE}, ensure_ascii=False)
-        rules.append(f"k{i}: {json.dumps(tool.name + ':')} KIDX {r[KIMI_ARGS]} kargs{i}\n")
+        rules.append(f"k{i}: kid{i} {r[KIMI_ARGS]} kargs{i}\n")
+        # The model's own call id, `functions.name:idx`, is the call's id (its template renders the
+        # history's ids in that place): captured as `CALL_ID`.
+        rules.append(f"kid{i}[capture={json.dumps(APPEND + CALL_ID)}]: {json.dumps(f'functions.{tool.name}:')} KIDX\n")
         rules.append(f"kargs{i}[capture={json.dumps(APPEND + 'args:' + tool.name)}]: %json {body}\n")
     return "".join(rules) + "KIDX: /[0-9]+/\n"
 
