@@ -28,10 +28,10 @@ from guided.tool_answer import answer_schema, answer_spec, checked_answer
 from guided.toolcalls import CallTracker, ToolCall
 from guided.tools import ToolConstraint, tool_constraint
 from guided.validation import check_json
+from runtime.drafters import make_drafter
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
 from runtime.sampling import SamplingParams
 from runtime.sequence import Delta, GenerationResult
-from runtime.speculative import make_drafter
 
 
 class ConstrainedSession:
