@@ -121,12 +121,12 @@ def step_split(model, messages, schema, max_tokens: int) -> dict:
     t.wrap(strategy, "advance", "advance (accept, jump-forward)")
     t.wrap(strategy.matcher, "rollback", "matcher rollback")
     t.wrap(drafter, "propose", "drafter")
-    t.wrap(strategy, "check_draft", "draft cut (grammar)", inside="drafter")  # chains drafter calls
-    t.wrap(strategy.costs, "choose", "cost model")
-    t.wrap(strategy.costs, "keep", "cost model")
+    t.wrap(strategy.drafts, "filter", "draft cut (grammar)", inside="drafter")  # chains drafter calls
+    t.wrap(strategy.drafts.costs, "choose", "cost model")
+    t.wrap(strategy.drafts.costs, "keep", "cost model")
 
     cache = PromptCache(model.network)
-    strategy.begin(list(prompt_ids), drafter)
+    strategy.begin(list(prompt_ids), drafter, budget=max_tokens)
     seq = Sequence(model.tokenizer, prompt_ids, max_tokens=max_tokens)
     model.network(mx.array(prompt_ids[:-1])[None], cache=cache.cache)
     mx.eval([c.state for c in cache.cache])

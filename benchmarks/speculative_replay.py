@@ -71,7 +71,7 @@ def pass_ms(width: int, table: dict = IDLE_CPU_MS) -> float:
 
 
 class SimulatedClock:
-    """Stands in for the `time` module of `runtime.sampling`: `perf_counter()` returns the simulated
+    """Stands in for the `time` module of `runtime.draft_policy`: `perf_counter()` returns the simulated
     seconds, advanced by `advance(seconds)` once per replayed forward pass."""
 
     def __init__(self):
@@ -87,14 +87,14 @@ class SimulatedClock:
 @contextmanager
 def simulated_clock():
     """The strategy's cost model measures the simulated clock while this is active."""
-    import runtime.sampling as sampling
+    import runtime.draft_policy as draft_policy
 
-    real, clock = sampling.time, SimulatedClock()
-    sampling.time = clock
+    real, clock = draft_policy.time, SimulatedClock()
+    draft_policy.time = clock
     try:
         yield clock
     finally:
-        sampling.time = real
+        draft_policy.time = real
 
 
 class Oracle:
@@ -166,11 +166,11 @@ def replay(model, messages, schema, target: list[int], drafter, policy: str = "c
     else:
         strategy = ConstrainedSession(model, schema=schema, max_draft=max_draft).strategy()
     if policy == "oracle":
-        drafter, strategy.costs = Oracle(drafter, len(prompt_ids), target), AlwaysMax(strategy.max_draft)
-    lengths = []
+        drafter, strategy.drafts.costs = Oracle(drafter, len(prompt_ids), target), AlwaysMax(strategy.max_draft)
+    lengths, max_tokens = [], len(target) + 8
     with simulated_clock() as clock:
-        strategy.begin(list(prompt_ids), drafter)
-        seq = Sequence(model.tokenizer, prompt_ids, max_tokens=len(target) + 8)
+        strategy.begin(list(prompt_ids), drafter, budget=max_tokens)
+        seq = Sequence(model.tokenizer, prompt_ids, max_tokens=max_tokens)
         width, rows = 1, 1  # the pass of the prompt's last token
         while True:
             clock.advance(pass_ms(width) / 1e3)

@@ -17,11 +17,11 @@ from guided.constraint import Constraint
 from guided.prompt import describe_in_prompt, render_prompt
 from guided.result import GuidedResult
 from guided.strategy import ConstrainedDecodingStrategy
+from runtime.drafters import make_drafter
 from runtime.errors import ParameterError
 from runtime.reasoning import ReasoningPlan
 from runtime.sampling import SamplingParams
 from runtime.sequence import Delta
-from runtime.speculative import make_drafter
 
 
 class ConstrainedSession(Constraint):

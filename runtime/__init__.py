@@ -13,7 +13,8 @@ from runtime.sequence import Delta, GenerationResult, Timings, Usage  # noqa: E4
 from runtime.model import Model, load_model  # noqa: E402
 from runtime.prompt_cache import PromptCache  # noqa: E402
 from runtime.sampling import SamplingParams, SamplingStrategy, TokenHistory, TokenSampler  # noqa: E402
-from runtime.speculative import DraftModel, PromptLookup, make_drafter  # noqa: E402
+from runtime.drafters import make_drafter  # noqa: E402
+from runtime.speculative import DraftModel, PromptLookup  # noqa: E402
 from runtime.strategy import DecodingStrategy, Drafter, Step  # noqa: E402
 from runtime.tokenizer import Tokenizer  # noqa: E402
 from runtime.value_lookup import ValueLookup  # noqa: E402

@@ -52,17 +52,6 @@ from runtime.strategy import DecodingStrategy, Drafter
 _MODEL_KEY = "model"  # LRUPromptCache keys entries by model; one batch serves one model
 
 
-class _SoloDrafter:
-    """A row's drafter, asked only while the row is alone in the batch (a draft model's passes are
-    not wasted on drafts that would not be fed)."""
-
-    def __init__(self, drafter: Drafter, batch: "BatchGenerator"):
-        self.drafter, self.batch = drafter, batch
-
-    def propose(self, context: list[int], n: int) -> list[int]:
-        return self.drafter.propose(context, n) if self.batch.solo else []
-
-
 @dataclass
 class Row:
     """One sequence of the batch. `tag`: the caller's handle (e.g. a server job)."""
@@ -153,7 +142,9 @@ class BatchGenerator:
             reused = len(prompt_ids) - len(rest) if cache is not None else 0
         cache = cache or make_prompt_cache(self.network)
         if drafter is not None and self.trimmable:
-            strategy.begin(list(prompt_ids), _SoloDrafter(drafter, self))
+            # the row drafts only while it is alone (`solo`); its drafter is not even asked otherwise,
+            # so a draft model's passes are not wasted on drafts that would not be fed
+            strategy.begin(list(prompt_ids), drafter, budget=max_tokens, solo=lambda: self.solo)
         else:
             strategy.begin(list(prompt_ids))
         seq = Sequence(
@@ -339,7 +330,7 @@ class BatchGenerator:
         logits are the last `rows` positions of its own feed."""
         for row in self.active:
             if row.seq.step is not None:  # not the first pass of a row that just joined
-                row.feed, row.rows = row.seq.next_feed(None if self.solo else 0)
+                row.feed, row.rows = row.seq.next_feed()
             row.tokens += row.feed
         lengths = [len(row.feed) for row in self.active]
         width = max(lengths)

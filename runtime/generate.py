@@ -98,7 +98,7 @@ def _generate(
     reused = pc.reuse(prompt_ids)
     cache = pc.cache
     if drafter is not None and can_trim_prompt_cache(cache):
-        strategy.begin(list(prompt_ids), drafter)
+        strategy.begin(list(prompt_ids), drafter, budget=max_tokens)
     else:  # strategies that never speculate may take the prompt alone
         strategy.begin(list(prompt_ids))
     prefill_step_size = prefill_step_size or default_prefill_step()

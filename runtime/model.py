@@ -13,13 +13,13 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
+from runtime.drafters import make_drafter
 from runtime.errors import ModelNotFound
 from runtime.generate import stream_tokens
 from runtime.prompt_cache import PromptCache
 from runtime.rope import apply_untruncated_yarn
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.sequence import Delta, GenerationResult
-from runtime.speculative import make_drafter
 from runtime.strategy import DecodingStrategy
 from runtime.tokenizer import Tokenizer
 

@@ -31,13 +31,13 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
-import time
 from dataclasses import dataclass
+from typing import Callable
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
 
-from runtime.draft_cost import DraftCostModel
+from runtime.draft_policy import DraftPolicy
 from runtime.errors import ParameterError
 from runtime.strategy import Drafter, Step
 
@@ -185,8 +185,8 @@ class TokenHistory:
 
 class SamplingStrategy:
     """The default strategy: processors -> `mask` -> log-softmax -> sampler, with speculative
-    verification of drafts, each step's draft length chosen by a `runtime.draft_cost.DraftCostModel`
-    from the wall time between steps (per feed width) and the recent acceptance.
+    verification of drafts; each step's draft is made and cut by its `runtime.draft_policy.DraftPolicy`
+    (`drafts`: the cost model, the solo rule, `check_draft` as its filter, the budget, max_draft).
 
     params: sampling settings. want_logprobs: return the log-probabilities of sampled tokens in
     `Step.logprobs`. max_draft: the longest draft (tokens per forward pass - 1); 0 disables drafting.
@@ -209,18 +209,36 @@ class SamplingStrategy:
         self.processors = self.params.make_logits_processors()
         self.history = TokenHistory(self.params.repetition_context_size)
         self.want_logprobs = want_logprobs
-        self.max_draft = max_draft
-        self.costs = DraftCostModel(max_draft)
-        self._mark: float | None = None  # time.perf_counter() at the last draft decision
-        self._base = 1  # new tokens (not drafts) of the pass launched after it
-        self.drafter: Drafter | None = None
+        self.drafts = DraftPolicy(max_draft, filter=self.check_draft)
         self.context: list[int] = []  # prompt + output: what drafters match against
-        self.draft: list[int] = []  # proposed last step, awaiting verification
 
-    def begin(self, prompt_ids: list[int], drafter: Drafter | None = None) -> None:
+    # The policy's state, as the hooks read it.
+    @property
+    def draft(self) -> list[int]:
+        """The draft fed with the coming pass, awaiting verification (token ids)."""
+        return self.drafts.draft
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter of this generation (None: no drafts)."""
+        return self.drafts.drafter
+
+    @property
+    def max_draft(self) -> int:
+        """The longest draft (tokens)."""
+        return self.drafts.max_draft
+
+    def begin(
+        self,
+        prompt_ids: list[int],
+        drafter: Drafter | None = None,
+        *,
+        budget: int | None = None,
+        solo: Callable[[], bool] | None = None,
+    ) -> None:
         self.history.extend(prompt_ids)
         self.context = list(prompt_ids)
-        self.drafter = drafter if self.max_draft > 0 else None
+        self.drafts.begin(len(prompt_ids), drafter, budget=budget, solo=solo)
 
     def prepare(self) -> None:
         pass
@@ -231,7 +249,7 @@ class SamplingStrategy:
         return logits if self.padding_mask is None else logits + self.padding_mask
 
     def check_draft(self, draft: list[int]) -> list[int]:
-        """Hook: the prefix of `draft` worth verifying (all of it here)."""
+        """Hook: the draft's filter (`DraftPolicy`, cut 4): what of `draft` to verify (all of it here)."""
         return draft
 
     def advance(self, accepted: list[int], token: int) -> Step:
@@ -239,36 +257,23 @@ class SamplingStrategy:
         return Step(tokens=accepted + [token], verified=len(accepted))
 
     def step(self, logits: mx.array) -> Step:
-        fed = self.draft[: logits.shape[0] - 1]
+        fed = self.draft  # the loop fed it whole
         # Greedy decoding without logprobs needs only the argmax, which normalizing does not move, so
         # the log-softmax over the whole vocabulary (a full pass per row per step) is skipped.
         normalize = self.want_logprobs or self.sampler.temperature > 0
         logprobs = self.logprobs(logits, fed, normalize)
         n, token = self.sampler.verify(logprobs, fed, len(self.context))
-        self.costs.observe_draft(len(fed), n)
+        self.drafts.observe(n)
         step = self.advance(fed[:n], token)
         if self.want_logprobs:
             step.logprobs = logprobs[: min(n + 1, len(step.tokens) - step.forced)]
         self.history.extend(step.tokens)
         self.context.extend(step.tokens)
-        self.draft = []
-        if self.drafter is not None and step.finish is None:
-            self.draft = self._next_draft(step, len(fed))
+        self.drafts.clear()
+        if step.finish is None:  # the coming pass: the step's new tokens (none: one re-fed) and the draft
+            self.drafts.next(self.context, max(1, len(step.tokens) - step.verified))
         step.draft = self.draft
         return step
-
-    def _next_draft(self, step: Step, fed: int) -> list[int]:
-        """The draft to feed after `step` (`fed`: draft tokens of the pass just verified). The time
-        since the last decision is one loop cycle of that pass (its forward pass, mask fills,
-        verification, the drafter's proposal): the cost model's measurement of its width."""
-        now = time.perf_counter()
-        if self._mark is not None:
-            self.costs.observe_pass(self._base + fed, now - self._mark)
-        self._mark = now
-        self._base = max(1, len(step.tokens) - step.verified)  # a step with no new tokens re-feeds one
-        k = self.costs.choose(self._base)
-        draft = self.check_draft(self.drafter.propose(self.context, k)) if k else []
-        return draft[: self.costs.keep(len(draft), self._base)]
 
     def logprobs(self, logits: mx.array, draft: list[int], normalize: bool = True) -> mx.array:
         """logits [1 + len(draft), vocab] -> processed, masked log-probabilities, same shape, float32
@@ -290,4 +295,4 @@ class SamplingStrategy:
         """Forget the last `n` generated tokens (the loop trims them from the KV cache)."""
         self.history.drop(n)
         del self.context[len(self.context) - n :]
-        self.draft = []
+        self.drafts.clear()

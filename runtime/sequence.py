@@ -171,13 +171,12 @@ class Sequence:
         self.refeed = self.finish is None and not appended
         return trim + self.refeed
 
-    def next_feed(self, max_draft: int | None = None) -> tuple[list[int], int]:
+    def next_feed(self) -> tuple[list[int], int]:
         """The tokens of the next forward pass and how many logits rows the strategy needs from its
-        end: (the appended tokens not already in the KV cache + the draft, 1 + draft length). The
-        draft is cut at the token budget and at `max_draft` (None: no limit)."""
+        end: (the appended tokens not already in the KV cache + the step's draft, 1 + draft length).
+        The draft is fed whole: the strategy cut it (`runtime.draft_policy`)."""
         step = self.step
-        room = self.max_tokens - len(self.out) - 1  # a draft never runs past the budget
-        draft = step.draft[: room if max_draft is None else min(room, max_draft)]
+        draft = step.draft
         self.drafted = len(draft)
         self.stats["forward_passes"] += 1
         self.stats["drafted_tokens"] += self.drafted

@@ -11,6 +11,7 @@
   `speculative_generate_step`), with its own KV cache kept in step with the accepted tokens.
 
 Verification (and with it exactness) is the strategy's (`runtime.sampling`); a drafter only guesses.
+`runtime.drafters.make_drafter` makes the drafter of a request's `speculative` option.
 """
 
 from __future__ import annotations
@@ -193,28 +194,3 @@ class DraftModel:
         # The last draft token was never fed: the cache holds context + draft[:-1].
         self.tokens.pop()
         return draft
-
-
-def make_drafter(speculative, model):
-    """The drafter for a `speculative` option: None / False / "off" (no speculation),
-    "prompt_lookup" (`runtime.value_lookup.ValueLookup` with the model's tokenizer: prompt lookup
-    with text-level drafts at JSON string values), "draft" (the target's `model.draft`), or a
-    `runtime.Model` to draft with.
-
-    Raises ValueError for an unknown option, a missing draft model, or a draft model whose
-    vocabulary differs from the target's."""
-    if speculative in (None, False, "off", "none"):
-        return None
-    if speculative == "prompt_lookup":
-        from runtime.value_lookup import ValueLookup  # builds on PromptLookup above
-
-        return ValueLookup(model.tokenizer)
-    if speculative == "draft":
-        speculative = getattr(model, "draft", None)
-        if speculative is None:
-            raise ValueError('speculative="draft" needs a draft model: coreai.load(..., draft=NAME)')
-    if isinstance(speculative, str) or not hasattr(speculative, "network"):
-        raise ValueError(f'speculative must be "prompt_lookup", "draft", a Model or None, got {speculative!r}')
-    if speculative.tokenizer.hf.get_vocab() != model.tokenizer.hf.get_vocab():
-        raise ValueError(f"the draft model {speculative.name} does not share the target's tokenizer")
-    return DraftModel(speculative)

@@ -18,7 +18,7 @@ iteration; draft tokens the next step rejects are trimmed from the KV cache.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import mlx.core as mx
 
@@ -32,8 +32,9 @@ class Step:
         and emits no text for it.
     verified: how many leading `tokens` are draft tokens of the previous step that this step
         accepted: they are already in the KV cache. The loop trims the rest of that draft.
-    draft: tokens proposed to follow `tokens`, fed to the model in the same forward pass and
-        verified by the next step; never emitted unless that step accepts them.
+    draft: tokens proposed to follow `tokens`, fed to the model whole in the same forward pass and
+        verified by the next step; never emitted unless that step accepts them. The strategy keeps
+        it within the budget and the loop's solo rule given to `begin` (`runtime.draft_policy`).
     rollback: number of already generated tokens to remove (from the output and, by trimming, from
         the KV cache) before appending `tokens`.
     finish: when set ("stop", "length", "error"), generation ends after applying this step.
@@ -76,15 +77,24 @@ class Drafter(Protocol):
 class DecodingStrategy(Protocol):
     """One generation's decoding policy. Not shared between threads or generations."""
 
-    def begin(self, prompt_ids: list[int], drafter: Drafter | None = None) -> None:
-        """Called once before the first step with the prompt token ids, and the drafter to use
-        (None: no speculation, e.g. when the KV cache cannot be trimmed)."""
+    def begin(
+        self,
+        prompt_ids: list[int],
+        drafter: Drafter | None = None,
+        *,
+        budget: int | None = None,
+        solo: Callable[[], bool] | None = None,
+    ) -> None:
+        """Called once before the first step with the prompt token ids. With a drafter (only then:
+        strategies that never speculate may take the prompt alone) also the completion budget
+        (max_tokens), which no draft may run past, and the loop's `solo` rule: drafts are fed only
+        while it returns True (None: always). No drafter: no speculation, e.g. when the KV cache
+        cannot be trimmed."""
 
     def prepare(self) -> None:
         """CPU work for the coming step, run while MLX computes its logits. May do nothing."""
 
     def step(self, logits: mx.array) -> Step:
         """Decide the next token(s). `logits`: mx.array [1 + d, vocab] (model dtype) for the last
-        appended token and the `d` draft tokens fed after it (`d` may be less than the draft the
-        previous step proposed: the loop cuts drafts at the token budget). `vocab` is the model's
-        logit width."""
+        appended token and the `d` draft tokens the previous step proposed (the loop feeds a draft
+        whole). `vocab` is the model's logit width."""
