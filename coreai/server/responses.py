@@ -73,8 +73,9 @@ class ResponseBuilder:
         )
 
     def finished(self, output: list, finish: str, result: GenerationResult, reasoning: str | None) -> r.Response:
-        """The final response: `output` the items built, `finish` the chat path's finish_reason
-        ("stop", "length", "tool_calls" or "error")."""
+        """The final response: `output` the items built (`items`), `finish` the outcome's
+        finish_reason ("stop", "length", "tool_calls" or "error"): "error" is `failed` with no
+        output, "length" `incomplete`, the others `completed`."""
         usage = usage_info([result])
         reasoning_tokens = 0
         if reasoning:  # a constrained generation counts its block's tokens; free text is re-encoded
