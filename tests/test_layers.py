@@ -65,3 +65,21 @@ def test_bench_without_the_benchmarks_says_how_to_get_them(monkeypatch, capsys):
     assert cli.main(["bench", "-n", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("coreai bench: error: ") and "pip install -e ." in err and "Traceback" not in err
+
+
+def test_no_route_module_imports_another():
+    """The server's route modules (those that make an `APIRouter`) share their helpers through
+    `coreai.server.api`, below them, and never import each other."""
+    server = ROOT / "coreai" / "server"
+    routes = {f"coreai.server.{p.stem}": p for p in sorted(server.glob("*.py")) if "APIRouter(" in p.read_text()}
+    assert {"coreai.server.routes", "coreai.server.responses"} <= routes.keys()
+    offenders = []
+    for name, path in routes.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        imported = set(imported_modules(tree))
+        # `from coreai.server import routes` names the package; the module is an alias.
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "coreai.server":
+                imported |= {f"coreai.server.{alias.name}" for alias in node.names}
+        offenders += [f"{name} imports {other}" for other in routes if other != name and other in imported]
+    assert not offenders, offenders

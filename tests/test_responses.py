@@ -373,3 +373,22 @@ def test_a_call_cut_by_max_output_tokens_is_never_completed(tiny, stream):
     assert final["status"] == "incomplete"
     calls = [item for item in final["output"] if item["type"] == "function_call"]
     assert all(item["status"] != "completed" for item in calls), calls
+
+
+def test_a_cut_call_is_the_same_streamed_or_not(tiny):
+    """One decision: the final response of the stream is the whole response (ids aside), and the
+    cut call in it is the one streamed, `incomplete`, with the arguments decoded so far."""
+    body = {"model": "tiny", "input": "Weather in Paris?", "tools": [WEATHER], "tool_choice": "required"}
+    body |= {"max_output_tokens": 24, "parallel_tool_calls": False, "store": False}
+    whole = httpx.post(tiny + "/v1/responses", json=body, timeout=120).json()
+    response = httpx.post(tiny + "/v1/responses", json={**body, "stream": True}, timeout=120)
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    final = events[-1]["response"]
+    assert final["output"] == done and [item["status"] for item in done] == ["incomplete"]
+
+    def shape(response):
+        return [(i["type"], i["status"], i.get("name"), i.get("arguments")) for i in response["output"]]
+
+    assert shape(final) == shape(whole) and final["status"] == whole["status"] == "incomplete"
+    assert final["usage"]["output_tokens"] == whole["usage"]["output_tokens"]  # (the prefix cache may differ)

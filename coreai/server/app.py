@@ -1,5 +1,6 @@
 """The FastAPI app: `/health`, `/v1/models`, `/v1/models/{model}`, `/v1/chat/completions`,
-`/v1/completions` (+ `/docs`, `/openapi.json`); the routes are in `coreai.server.routes`.
+`/v1/completions`, `/v1/responses` (+ `/docs`, `/openapi.json`); the routes are in
+`coreai.server.routes` and `coreai.server.responses`, their shared helpers in `coreai.server.api`.
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,

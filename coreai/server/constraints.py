@@ -3,7 +3,7 @@ a `guided.ConstrainedSession`, which compiles the grammar, drives decoding and g
 
 Sessions are built on the request's thread (compiling is llguidance only, no MLX), so a bad schema is
 a 400 before the request queues; it never falls back to free text. Only one constraint applies per
-request: a JSON response format beside tools is the format of the text answer (`for_chat`).
+request: a JSON response format beside tools is the format of the text answer (`Constraints.build`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,8 @@ from urllib.parse import quote
 
 from coreai.errors import GrammarError, SchemaError
 from coreai.server.errors import bad_request, from_library_error
-from coreai.server.schemas import (
-    ChatCompletionRequest,
-    JsonObjectFormat,
-    JsonSchemaFormat,
-    NamedToolChoice,
-    SamplingFields,
-)
+from coreai.server.request import GenerationRequest
+from coreai.server.schemas import JsonObjectFormat, JsonSchemaFormat, SamplingFields
 from guided import ConstrainedSession, GrammarCache, TokenizerInfo
 from guided.enforcement import GRAMMAR, ROLLBACK
 from guided.schema.pointer import parse_pointer, pointer
@@ -48,7 +43,9 @@ class Constraints:
         self.cache = cache
         self.whitespace = whitespace
 
-    def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
+    def _session(self, param: str, tool_parameters: str = "", **options) -> ConstrainedSession:
+        """The session of `options`; a 400 naming `param` when it cannot be built (or, when the
+        session names the tool at fault, `tool_parameters` formatted with that tool's index)."""
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
         if self.whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer (or
@@ -56,52 +53,51 @@ class Constraints:
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:
-            if getattr(exc, "tool_index", None) is not None:  # guided names the tool whose parameters fail
-                param = f"tools[{exc.tool_index}].function.parameters"
+            if getattr(exc, "tool_index", None) is not None and tool_parameters:  # guided names the tool at fault
+                param = tool_parameters.format(exc.tool_index)
             raise from_library_error(exc, param) from None
 
-    def structured(self, req: SamplingFields, response_format=None) -> Constraint | None:
-        """The constraint of `response_format` (chat) or `structured_outputs` (both endpoints)."""
-        found = structured_options(req, response_format)
-        return None if found is None else Constraint(self._session(found[0], req, **found[1]))
+    def structured(self, found: tuple[str, dict] | None) -> Constraint | None:
+        """The constraint of `structured_options`' answer, or None for free text."""
+        return None if found is None else Constraint(self._session(found[0], **found[1]))
 
-    def for_chat(self, req: ChatCompletionRequest) -> Constraint | None:
-        """The constraint of a chat request, or None for free text. Tools go through
+    def build(self, req: GenerationRequest) -> Constraint | None:
+        """The constraint of a chat generation, or None for free text. Tools go through
         `ConstrainedSession(tools=...)`: the format comes from the chat template (a template with no
         tool markup gets the generic JSON envelope); `tool_choice: "none"` bans the call marker.
-        A JSON response format beside tools (OpenAI accepts both) is the text answer's format under
-        "auto", alone under "none", and not used under "required" or a named function (calls only)."""
-        found = structured_options(req, req.response_format)
+        A JSON answer format beside tools (OpenAI accepts both) is the text answer's format under
+        "auto", alone under "none", and not used under "required" or a named function (calls only).
+        Errors are 400s (`APIError`) naming the front end's parameters (`req.names`)."""
+        found, names = req.answer, req.names
         if not req.tools or (req.tool_choice == "none" and found is not None):
-            return None if found is None else Constraint(self._session(found[0], req, **found[1]))
-        param, answer = found or ("response_format", {})
+            return self.structured(found)
+        param, answer = found or ("", {})
         if answer and not ({"schema", "json_object"} & set(answer)):
             raise bad_request(
                 f"{param} beside tools: the answer's format must be a JSON Schema or json_object "
                 '(or pass tool_choice: "none")',
                 param.split(".")[0],
             )
-        names = [t.function.name for t in req.tools]
-        if len(set(names)) != len(names):
-            raise bad_request("tool function names must be unique", "tools")
+        functions = [t["function"]["name"] for t in req.tools]
+        if len(set(functions)) != len(functions):
+            raise bad_request("tool function names must be unique", names.tools)
         choice = req.tool_choice or "auto"
-        if isinstance(choice, NamedToolChoice):
-            if choice.function.name not in names:
-                raise bad_request(
-                    f"tool_choice names the function {choice.function.name!r}, which is not in tools", "tool_choice"
-                )
-            choice = choice.model_dump()
+        if isinstance(choice, dict) and choice["function"]["name"] not in functions:
+            raise bad_request(
+                f"tool_choice names the function {choice['function']['name']!r}, which is not in tools",
+                names.tool_choice,
+            )
         try:
             session = self._session(  # the answer's own schema errors name its field
-                found[0] if answer else "tools",
-                req,
-                tools=[t.model_dump(exclude_none=True) for t in req.tools],
+                found[0] if answer else names.tools,
+                names.tool_parameters,
+                tools=req.tools,
                 tool_choice=choice,
                 parallel_tool_calls=req.parallel_tool_calls,
                 **answer,
             )
         except ValueError as exc:  # a format the tokenizer cannot express
-            raise bad_request(str(exc), "tools") from None
+            raise bad_request(str(exc), names.tools) from None
         return Constraint(session, session.tools.mode)
 
 

@@ -1,6 +1,10 @@
 """From a validated request to what the worker runs: the rendered prompt ids, the sampling
 parameters (checked once, by `SamplingParams`), the token budget and the guided session. Runs on a
-thread-pool thread, so a bad request is a 400 before it queues."""
+thread-pool thread, so a bad request is a 400 before it queues.
+
+Chat generations come in as a `GenerationRequest` (`Preparer.prepare`); `chat_request` is the chat
+completions front end's mapping into it. Legacy completions have a prompt instead of messages
+(`Preparer.completion`)."""
 
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ from jinja2 import TemplateError
 
 from coreai.server import schemas as s
 from coreai.server.config import ServerConfig
-from coreai.server.constraints import Constraint, Constraints
+from coreai.server.constraints import Constraint, Constraints, structured_options
 from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request
+from coreai.server.request import GenerationRequest, Names, Sampling
 from guided.prompt import render_prompt
 from runtime import Model, SamplingParams
 from runtime.errors import ParameterError
@@ -29,33 +34,36 @@ class Preparer:
 
     def generation_params(
         self,
-        req: s.SamplingFields,
+        sampling: Sampling,
+        max_tokens: int | None,
+        names: Names,
         prompt_ids: list[int],
+        stop: list[str],
         constraint: Constraint | None,
         logprobs: bool,
         top_logprobs: int,
         reasoning=None,
     ) -> GenerationParams:
-        """What the worker runs. Checks the token budget and the sampling ranges in one place (the
-        runtime's checks, each error a 400 naming its field), then cuts the budget at the context."""
-        # OpenAI's newer name wins when both are given.
-        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) is not None else "max_tokens"
+        """What the worker runs. Checks the token budget (`max_tokens`, spelled `names.max_tokens`)
+        and the sampling ranges in one place (the runtime's checks, each error a 400 naming its
+        field), then cuts the budget at the context (a prompt filling it is a 400 naming
+        `names.messages`)."""
         try:
             budget = self.config.max_tokens
-            if getattr(req, field) is not None:
-                budget = check_max_tokens(getattr(req, field), self.config.max_tokens, field)
-            sampling = SamplingParams(
-                temperature=self.config.temperature if req.temperature is None else req.temperature,
-                top_p=1.0 if req.top_p is None else req.top_p,
-                top_k=req.top_k or 0,
-                min_p=req.min_p or 0.0,
-                repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
-                presence_penalty=req.presence_penalty or 0.0,
-                frequency_penalty=req.frequency_penalty or 0.0,
-                seed=None if req.seed is None else req.seed % 2**64,  # OpenAI's seeds are signed 64-bit
-                logit_bias=req.logit_bias,
+            if max_tokens is not None:
+                budget = check_max_tokens(max_tokens, self.config.max_tokens, names.max_tokens)
+            params = SamplingParams(
+                temperature=self.config.temperature if sampling.temperature is None else sampling.temperature,
+                top_p=1.0 if sampling.top_p is None else sampling.top_p,
+                top_k=sampling.top_k or 0,
+                min_p=sampling.min_p or 0.0,
+                repetition_penalty=1.0 if sampling.repetition_penalty is None else sampling.repetition_penalty,
+                presence_penalty=sampling.presence_penalty or 0.0,
+                frequency_penalty=sampling.frequency_penalty or 0.0,
+                seed=None if sampling.seed is None else sampling.seed % 2**64,  # OpenAI's seeds are signed 64-bit
+                logit_bias=sampling.logit_bias,
             )
-            sampling.check_token_ids(self.model.vocab_size)
+            params.check_token_ids(self.model.vocab_size)
         except ParameterError as exc:
             raise bad_request(str(exc), exc.param) from None
         if self.model.context_length:
@@ -63,15 +71,15 @@ class Preparer:
             if room < 1:
                 raise bad_request(
                     f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.model.context_length}",
-                    "messages" if hasattr(req, "messages") else "prompt",
+                    names.messages,
                     "context_length_exceeded",
                 )
             budget = min(budget, room)  # cut at the context: finish_reason "length" says so
         return GenerationParams(
             prompt_ids,
-            sampling,
+            params,
             budget,
-            req.stop_list(),
+            stop,
             constraint.session if constraint else None,
             logprobs,
             top_logprobs,
@@ -79,15 +87,17 @@ class Preparer:
             reasoning,
         )
 
-    def chat(self, req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
-        """A chat request's generation and constraint (renders the template; 400 on bad input)."""
+    def prepare(self, req: GenerationRequest) -> tuple[GenerationParams, Constraint | None]:
+        """A chat generation and its constraint: compiles the constraint, renders the template and
+        checks the budget and sampling. Raises `APIError` (400) naming the front end's parameters."""
+        names = req.names
         if req.reasoning_effort is not None and self.model.tokenizer.reasoning_markers is None:
             raise bad_request(
-                "reasoning_effort: this model does not reason (its chat template has no reasoning markers)",
-                "reasoning_effort",
+                f"{names.reasoning_effort}: this model does not reason (its chat template has no reasoning markers)",
+                names.reasoning_effort,
                 "unsupported_parameter",
             )
-        constraint = self.constraints.for_chat(req)
+        constraint = self.constraints.build(req)
         session = constraint.session if constraint is not None else None
         if req.schema_in_prompt and (session is None or session.json_spec is None):
             raise bad_request(
@@ -95,28 +105,39 @@ class Preparer:
                 "schema_in_prompt",
             )
         wanted = req.schema_in_prompt if req.schema_in_prompt is not None else self.config.schema_in_prompt
-        tools = (
-            [t.model_dump(exclude_none=True) for t in req.tools] if req.tools and req.tool_choice != "none" else None
-        )
+        tools = req.tools if req.tools and req.tool_choice != "none" else None
         try:
             rendered = render_prompt(
                 self.model,
                 session,
-                [template_message(m, i) for i, m in enumerate(req.messages)],
+                req.messages,
                 tools=None if session is not None and session.tools is not None else tools,
                 chat_template_kwargs=req.chat_template_kwargs,
                 schema_in_prompt=wanted,
                 max_reasoning_tokens=REASONING_BUDGETS[req.reasoning_effort or "medium"],
             )
         except (TemplateError, ValueError) as exc:
-            raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
-        ids = rendered.ids
-        params = self.generation_params(req, ids, constraint, req.logprobs, req.top_logprobs or 0, rendered.reasoning)
+            raise bad_request(f"cannot render the chat template: {exc}", names.messages) from None
+        params = self.generation_params(
+            req.sampling,
+            req.max_tokens,
+            names,
+            rendered.ids,
+            req.stop,
+            constraint,
+            req.logprobs,
+            req.top_logprobs,
+            rendered.reasoning,
+        )
         return params, constraint
+
+    def chat(self, req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
+        """A chat completions request's generation and constraint (400 on bad input)."""
+        return self.prepare(chat_request(req))
 
     def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         """A legacy completion request's generation and constraint (400 on bad input)."""
-        constraint = self.constraints.structured(req)
+        constraint = self.constraints.structured(structured_options(req))
         prompt = req.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             if len(prompt) != 1:
@@ -130,33 +151,81 @@ class Preparer:
             ids = self.model.tokenizer.encode(prompt, parse_special=True)
         else:
             ids = self.model.prompt_ids(prompt, chat_template=False)  # special-token text stays text
+        names = Names(messages="prompt")
         want = req.logprobs is not None
-        params = self.generation_params(req, ids, constraint, want, req.logprobs or 0)
-        return params, constraint
+        return (
+            self.generation_params(
+                sampling_of(req), req.max_tokens, names, ids, req.stop_list(), constraint, want, req.logprobs or 0
+            ),
+            constraint,
+        )
+
+
+def sampling_of(req: s.SamplingFields) -> Sampling:
+    """The sampling fields of a chat or legacy completions body."""
+    return Sampling(
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        repetition_penalty=req.repetition_penalty,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logit_bias=req.logit_bias,
+        seed=req.seed,
+    )
+
+
+def chat_request(req: s.ChatCompletionRequest) -> GenerationRequest:
+    """The generation a chat completions body asks for (400 `APIError` when a tool call's arguments
+    are not JSON text)."""
+    # OpenAI's newer name wins when both are given.
+    field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, s.NamedToolChoice) else req.tool_choice
+    return GenerationRequest(
+        messages=[template_message(m, i) for i, m in enumerate(req.messages)],
+        names=Names(max_tokens=field),
+        sampling=sampling_of(req),
+        max_tokens=getattr(req, field),
+        stop=req.stop_list(),
+        answer=structured_options(req, req.response_format),
+        tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
+        tool_choice=choice,
+        parallel_tool_calls=req.parallel_tool_calls,
+        logprobs=req.logprobs,
+        top_logprobs=req.top_logprobs or 0,
+        reasoning_effort=req.reasoning_effort,
+        chat_template_kwargs=req.chat_template_kwargs,
+        schema_in_prompt=req.schema_in_prompt,
+    )
 
 
 def template_message(m, index: int) -> dict:
     """An OpenAI message as the chat template expects it: text content joined from its parts,
     `developer` as `system`, tool-call arguments parsed from JSON text (templates render them with
-    `tojson`)."""
+    `tojson`). Raises a 400 `APIError` when a call's arguments are not JSON text."""
     content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)
     role = "system" if m.role == "developer" else m.role
     out = {"role": role, "content": content}
     if getattr(m, "name", None) is not None:  # templates that know participants render it; others ignore it
         out["name"] = m.name
     if isinstance(m, s.AssistantMessage) and m.tool_calls:
-        calls = []
-        for j, call in enumerate(m.tool_calls):
-            try:
-                arguments = json.loads(call.function.arguments)
-            except ValueError:
-                raise bad_request(
-                    "tool call arguments must be JSON text", f"messages[{index}].tool_calls[{j}].function.arguments"
-                ) from None
-            calls.append(
-                {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+        out["tool_calls"] = [
+            template_call(
+                c.id, c.function.name, c.function.arguments, f"messages[{index}].tool_calls[{j}].function.arguments"
             )
-        out["tool_calls"] = calls
+            for j, c in enumerate(m.tool_calls)
+        ]
     if isinstance(m, s.ToolMessage):
         out["tool_call_id"] = m.tool_call_id
     return out
+
+
+def template_call(call_id: str, name: str, arguments: str, param: str) -> dict:
+    """A tool call as the chat template expects it, its `arguments` JSON text parsed; a 400
+    (`APIError`) naming `param` when they are not JSON text."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        raise bad_request("tool call arguments must be JSON text", param) from None
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": parsed}}

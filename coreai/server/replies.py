@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from typing import AsyncIterator
@@ -12,14 +11,23 @@ from coreai.server import reply_schemas as o
 from coreai.server import schemas as s
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
+from coreai.server.events import (
+    CallArguments,
+    CallOpened,
+    ContentDelta,
+    Finish,
+    Outcome,
+    ReasoningDelta,
+    ReplyEvents,
+    job_events,
+    openai_finish_reason,
+    outcome_of,
+)
 from coreai.server.queue import Job
 from coreai.server.streaming import merge
 from coreai.server.tools import chunk_tool_call, message_tool_calls
-from guided.tools.calls import CallStream, ToolCall
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningPlan
-
-log = logging.getLogger("coreai.server")
 
 
 def usage_info(results: list[GenerationResult]) -> o.UsageInfo:
@@ -40,31 +48,6 @@ def usage_info(results: list[GenerationResult]) -> o.UsageInfo:
         prompt_tokens_details=o.PromptTokensDetails(cached_tokens=prompt.cached_tokens),
         completion_tokens_details=details,
     )
-
-
-def openai_finish_reason(result: GenerationResult, calls: list[ToolCall]) -> str:
-    """OpenAI's finish_reason for a result whose verdict is already in it (`ConstrainedSession` turns
-    a "stop" whose output breaks its constraint into "error").
-
-    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is not a call;
-    the complete ones were closed under the grammar): then "tool_calls"; "error" when the
-    grammar engine failed or the output is not valid; "tool_calls" when calls were made; else "stop".
-    """
-    reason = result.finish_reason
-    if reason == "stop" or (reason == "length" and calls):
-        return "tool_calls" if calls else "stop"
-    if reason != "length":  # "error" (the engine's or the final check's message), or "cancelled" with nobody listening
-        log.warning("generation ended with %s: %s", reason, result.error)
-    return "length" if reason == "length" else "error"
-
-
-def refusal(result: GenerationResult, finish: str, constrained: bool) -> str | None:
-    """`message.refusal` for a constrained output that ended "error" (it breaks its constraint), so
-    the openai SDK's `parse()`, which parses `content` unless there is a refusal, does not present
-    it as valid; None otherwise."""
-    if not constrained or finish != "error":
-        return None
-    return f"the output is not valid against its constraint: {result.error or 'generation failed'}"
 
 
 class _Reply:
@@ -103,58 +86,62 @@ class _Reply:
         """The chunks of choice `index`; stores its `GenerationResult` in `results[index]`."""
         raise NotImplementedError
 
-    def token(self, token_id: int) -> tuple[str, list[int]]:
-        text = self.model.tokenizer.decode([token_id], skip_special_tokens=False)
-        return text, list(text.encode("utf-8"))
+    def token(self, token_id: int) -> str:
+        return token_text(self.model.tokenizer, token_id)
 
-    def entry(self, token_id: int, logprob: float) -> o.TopLogprob:
-        text, raw = self.token(token_id)
-        return o.TopLogprob(token=text, logprob=max(logprob, -9999.0), bytes=raw)
+
+def token_text(tokenizer, token_id: int) -> str:
+    """One token's text, special tokens included (a logprob entry's `token`)."""
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def chat_logprobs(tokenizer, entries: list[TokenLogprob]) -> list[o.TokenLogprob]:
+    """Chat completions' (and Responses') logprob entries: each token's text, bytes and logprob
+    (floored at -9999, OpenAI's) with its `top_logprobs`."""
+
+    def entry(token_id: int, logprob: float) -> o.TopLogprob:
+        text = token_text(tokenizer, token_id)
+        return o.TopLogprob(token=text, logprob=max(logprob, -9999.0), bytes=list(text.encode("utf-8")))
+
+    return [
+        o.TokenLogprob(**entry(e.id, e.logprob).model_dump(), top_logprobs=[entry(i, v) for i, v in e.top])
+        for e in entries
+    ]
 
 
 class ChatReply(_Reply):
-    """Builds a chat completion (or its chunks) from its choices' pieces."""
+    """Renders a chat completion (or its chunks) from its choices' outcomes (or events,
+    `coreai.server.events`)."""
 
     chunk_object = "chat.completion.chunk"
 
     def __init__(self, req: s.ChatCompletionRequest, constraint, model, name, reasoning=None):
         super().__init__(req, constraint, model, name, reasoning, "chatcmpl-")
-        self.tools = constraint is not None and constraint.tool_mode is not None
+
+    def events(self) -> ReplyEvents:
+        """A choice's event source."""
+        return ReplyEvents(self.constraint, self.reasoning)
 
     def logprobs(self, entries: list[TokenLogprob]) -> o.ChoiceLogprobs:
-        content = []
-        for e in entries:
-            main = self.entry(e.id, e.logprob)
-            content.append(o.TokenLogprob(**main.model_dump(), top_logprobs=[self.entry(i, v) for i, v in e.top]))
-        return o.ChoiceLogprobs(content=content)
+        return o.ChoiceLogprobs(content=chat_logprobs(self.model.tokenizer, entries))
 
     def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> o.ChatCompletion:
         """The completion of every choice: `outcomes` is each choice's pieces and result, in order."""
-        choices = [self.choice(i, pieces, result) for i, (pieces, result) in enumerate(outcomes)]
+        choices = [
+            self.choice(i, outcome_of(pieces, result, self.events())) for i, (pieces, result) in enumerate(outcomes)
+        ]
         usage = usage_info([result for _, result in outcomes])
         return o.ChatCompletion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
 
-    def choice(self, index: int, pieces: list[Piece], result: GenerationResult) -> o.ChatChoice:
-        text = "".join(p.text for p in pieces)
-        reasoning = None
-        if self.reasoning is not None:
-            reasoning, text = self.reasoning.split(text)
-        calls: list[ToolCall] = []
-        content = text
-        if self.tools:
-            calls, content = result.tool_calls, result.content or ""
-        finish = openai_finish_reason(result, calls)
-        tool_calls = message_tool_calls(calls)
+    def choice(self, index: int, outcome: Outcome) -> o.ChatChoice:
         message = o.ResponseMessage(
-            content=content if content or not calls else None,
-            tool_calls=tool_calls,
-            reasoning_content=reasoning,
-            refusal=refusal(result, finish, self.constraint is not None),
+            content=outcome.content,
+            tool_calls=message_tool_calls(outcome.calls),
+            reasoning_content=outcome.reasoning,
+            refusal=outcome.refusal,
         )
-        logprobs = None
-        if self.req.logprobs:
-            logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])])
-        return o.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)
+        logprobs = self.logprobs(outcome.logprobs) if self.req.logprobs else None
+        return o.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=outcome.finish_reason)
 
     def frame(self, choices: list[dict]) -> dict:
         return {**super().frame(choices), "system_fingerprint": None}
@@ -178,49 +165,21 @@ class ChatReply(_Reply):
     async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
         """Chunks of one choice: the role, content / tool-call deltas (per call: its index, id and name
         once the name is complete, then `arguments` fragments as they are decoded), the finish_reason."""
-        calls = CallStream(getattr(self.constraint.session, "tools", None)) if self.tools else None
-        splitter = self.reasoning.splitter() if self.reasoning else None
-        streamed_content = False
-        pending_logprobs: list[TokenLogprob] = []
-        result = None
         try:
             yield self.chunk(index, o.ChunkDelta(role="assistant", content=""))
-            while (item := await job.get()) is not Job.END:
-                if isinstance(item, GenerationResult):
-                    result = results[index] = item
-                    continue
-                pending_logprobs += item.logprobs or []
-                text = "".join(t for label, t in item.parts if label is None) if calls else item.text
-                if splitter is not None:
-                    reasoning, text = splitter.feed(text)
-                    if reasoning:
-                        yield self.chunk(index, o.ChunkDelta(reasoning_content=reasoning))
-                deltas = [o.ChunkDelta(content=text)] if text else []
-                for event in calls.feed(item.parts) if calls else []:
-                    deltas.append(o.ChunkDelta(tool_calls=[chunk_tool_call(event, item.call_ids)]))
-                for delta in deltas:
-                    streamed_content |= delta.content is not None
-                    yield self.chunk(index, delta, None, self._logprobs(pending_logprobs))
-                    pending_logprobs = []
-            if splitter is not None:
-                reasoning, text = splitter.finish()
-                if reasoning:
-                    yield self.chunk(index, o.ChunkDelta(reasoning_content=reasoning))
-                if text:
-                    streamed_content = True
-                    yield self.chunk(index, o.ChunkDelta(content=text), None, self._logprobs(pending_logprobs))
-                    pending_logprobs = []
-            if result is None:
-                return
-            if calls:
-                if not streamed_content and getattr(result, "content", None):  # the generic envelope's answer
-                    yield self.chunk(index, o.ChunkDelta(content=result.content))
-                ids = [c.id for c in result.tool_calls]
-                for e in calls.finish(result.tool_calls):
-                    yield self.chunk(index, o.ChunkDelta(tool_calls=[chunk_tool_call(e, ids)]))
-            finish = openai_finish_reason(result, result.tool_calls if calls else [])
-            delta = o.ChunkDelta(refusal=refusal(result, finish, self.constraint is not None))
-            yield self.chunk(index, delta, finish, self._logprobs(pending_logprobs))
+            async for event in job_events(job, self.events()):
+                if isinstance(event, Finish):
+                    outcome = event.outcome
+                    results[index] = outcome.result
+                    delta = o.ChunkDelta(refusal=outcome.refusal)
+                    yield self.chunk(index, delta, outcome.finish_reason, self._logprobs(event.logprobs))
+                elif isinstance(event, ReasoningDelta):
+                    yield self.chunk(index, o.ChunkDelta(reasoning_content=event.text))
+                elif isinstance(event, ContentDelta):
+                    yield self.chunk(index, o.ChunkDelta(content=event.text), None, self._logprobs(event.logprobs))
+                elif isinstance(event, (CallOpened, CallArguments)):
+                    delta = o.ChunkDelta(tool_calls=[chunk_tool_call(event)])
+                    yield self.chunk(index, delta, None, self._logprobs(event.logprobs))
         finally:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
@@ -239,10 +198,10 @@ class CompletionReply(_Reply):
     def logprobs(self, entries: list[TokenLogprob], offset: int) -> o.CompletionLogprobs:
         tokens, values, tops, offsets = [], [], [], []
         for e in entries:
-            text, _ = self.token(e.id)
+            text = self.token(e.id)
             tokens.append(text)
             values.append(max(e.logprob, -9999.0))
-            tops.append({self.token(i)[0]: max(v, -9999.0) for i, v in e.top})
+            tops.append({self.token(i): max(v, -9999.0) for i, v in e.top})
             offsets.append(offset)
             offset += len(text)
         return o.CompletionLogprobs(

@@ -75,14 +75,15 @@ class ResponseStore:
 
 def output_messages(output: list[dict]) -> list[dict]:
     """A response's output items as chat messages: its message text and function calls as one
-    assistant turn (reasoning items are dropped, as chat templates drop earlier turns' reasoning)."""
+    assistant turn (reasoning items are dropped, as chat templates drop earlier turns' reasoning,
+    and so is a call cut by the budget, `status: "incomplete"`: its arguments are not JSON text)."""
     text = "".join(
         part.get("text", "") for item in output if item.get("type") == "message" for part in item.get("content", [])
     )
     calls = [
         {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
         for item in output
-        if item.get("type") == "function_call"
+        if item.get("type") == "function_call" and item.get("status") != "incomplete"
     ]
     if not text and not calls:
         return []

@@ -1,10 +1,9 @@
 """The routes, on FastAPI `APIRouter`s: `/health`, and under the API-key dependency `/v1/models`,
 `/v1/models/{model}`, `/v1/chat/completions`, `/v1/completions`. Each route gets the server
-instance (`ServerState`, from `request.app.state`) through a dependency."""
+instance (`ServerState`, from `request.app.state`) through a dependency; the helpers shared with
+the Responses routes are in `coreai.server.api`."""
 
 from __future__ import annotations
-
-from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -12,24 +11,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from coreai.server import reply_schemas as o
 from coreai.server import schemas as s
+from coreai.server.api import ERROR_RESPONSES, Server, check_model, submit
 from coreai.server.constraints import enforcement_headers
-from coreai.server.engine import GenerationParams
-from coreai.server.errors import APIError, bad_request
 from coreai.server.guard import require_api_key
-from coreai.server.queue import Closed, Job, QueueFull
 from coreai.server.replies import ChatReply, CompletionReply
 from coreai.server.state import ServerState
 from coreai.server.streaming import collect, sse
-
-ERROR_RESPONSES = {status: {"model": o.ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 503)}
-
-
-def server_state(request: Request) -> ServerState:
-    """Dependency: the server instance that owns this app."""
-    return request.app.state.server
-
-
-Server = Annotated[ServerState, Depends(server_state)]
 
 router = APIRouter()
 v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
@@ -40,16 +27,6 @@ async def health(server: Server):
     """The model served, and its load: generations running (batch rows) and waiting for one."""
     running, waiting = server.worker.load()
     return {"status": "ok", "model": server.name, "running": running, "waiting": waiting}
-
-
-def check_model(server: ServerState, requested: str) -> None:
-    if requested != server.name:
-        raise APIError(
-            404,
-            f"the model {requested!r} does not exist; this server serves {server.name!r}",
-            param="model",
-            code="model_not_found",
-        )
 
 
 @v1.get("/models", response_model=o.ModelList)
@@ -63,26 +40,6 @@ async def retrieve_model(model: str, server: Server):
     """The served model's card (the official client's `models.retrieve`); any other name is a 404."""
     check_model(server, model)
     return server.card
-
-
-def submit(server: ServerState, params: GenerationParams, n: int) -> list[Job]:
-    """Queue a request's `n` choices, all or none: 400 when they could never fit, 429 (Retry-After)
-    when the queue is full, 503 when the server is shutting down."""
-    config = server.config
-    if n > config.max_batch + config.max_queue:  # would never fit: not a 429 to retry
-        raise bad_request(
-            f"n = {n} is more than this server runs and queues at once "
-            f"(max_batch {config.max_batch} + max_queue {config.max_queue})",
-            "n",
-        )
-    try:
-        return server.worker.submit(params.choices(n))
-    except QueueFull as exc:
-        raise APIError(
-            429, str(exc), "rate_limit_error", None, "queue_full", headers={"Retry-After": str(exc.retry_after)}
-        ) from None
-    except Closed as exc:
-        raise APIError(503, str(exc), "server_error", None, "server_shutting_down") from None
 
 
 async def respond(server: ServerState, req, request: Request, response: Response, prepare, reply_class):

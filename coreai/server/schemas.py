@@ -285,19 +285,15 @@ class ChatCompletionRequest(SamplingFields):
 
     @model_validator(mode="after")
     def _tool_results_answer_calls(self):
-        # As OpenAI checks (its messages, with the spelling fixed): a tool message answers a call of the
-        # assistant message before it (other tool messages between them), else the template would
-        # render a result the model never asked for.
-        calls: set[str] | None = None  # the ids of the last assistant message's calls, while tool messages follow
-        for i, m in enumerate(self.messages):
-            if not isinstance(m, ToolMessage):
-                calls = {c.id for c in m.tool_calls} if isinstance(m, AssistantMessage) and m.tool_calls else None
-            elif calls is None:
-                message = "messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
-                raise field_error(("messages", i, "role"), message, m.role)
-            elif m.tool_call_id not in calls:
-                message = f"'tool_call_id' of {m.tool_call_id!r} not found in 'tool_calls' of previous message"
-                raise field_error(("messages", i, "tool_call_id"), message, m.tool_call_id)
+        turns = [
+            (m.role, [c.id for c in m.tool_calls or []] if isinstance(m, AssistantMessage) else [], None)
+            if not isinstance(m, ToolMessage)
+            else (m.role, [], m.tool_call_id)
+            for m in self.messages
+        ]
+        if found := unanswered_tool_result(turns):
+            i, key, message = found
+            raise field_error(("messages", i, key), message, getattr(self.messages[i], key))
         return self
 
     def output_constrained(self) -> bool:
@@ -307,6 +303,23 @@ class ChatCompletionRequest(SamplingFields):
         )
         json_output = self.response_format is not None and self.response_format.type != "text"
         return super().output_constrained() or forced_call or json_output
+
+
+def unanswered_tool_result(turns: list[tuple[str, list[str], str | None]]) -> tuple[int, str, str] | None:
+    """As OpenAI checks (its messages, with the spelling fixed): a tool message answers a call of the
+    assistant message before it (other tool messages between them), else the template would render a
+    result the model never asked for. turns: each message's (role, its call ids, the call id it
+    answers); returns (the index of the first tool message that answers nothing, its field at fault,
+    the message) or None."""
+    calls: set[str] | None = None  # the ids of the last assistant message's calls, while tool messages follow
+    for i, (role, ids, answers) in enumerate(turns):
+        if role != "tool":
+            calls = set(ids) if role == "assistant" and ids else None
+        elif calls is None:
+            return i, "role", "messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
+        elif answers not in calls:
+            return i, "tool_call_id", f"'tool_call_id' of {answers!r} not found in 'tool_calls' of previous message"
+    return None
 
 
 class CompletionRequest(SamplingFields):

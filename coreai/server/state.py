@@ -1,6 +1,6 @@
 """`ServerState`: what one server instance owns (the model, its settings, the generation worker,
 the grammar cache and the journal warm-up), its start and its orderly stop. The routes reach it as
-`request.app.state.server` (`coreai.server.routes`)."""
+`request.app.state.server` (`coreai.server.api.server_state`)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """OpenAI's shapes of tool calls: the calls of a reply (`guided.tools.calls.ToolCall`) as a message's
-`tool_calls` and as streamed `tool_calls` deltas. The grammar, the call boundaries, the call ids and
-the verdict are `guided`'s (`ConstrainedSession(tools=...)`); this module only maps them."""
+`tool_calls`, and the call events (`coreai.server.events`) as streamed `tool_calls` deltas. The
+grammar, the call boundaries, the call ids and the verdict are `guided`'s
+(`ConstrainedSession(tools=...)`); this module only maps them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from coreai.server import reply_schemas as o
+from coreai.server.events import CallArguments, CallOpened
 from guided.tools.calls import ToolCall
 
 
@@ -17,14 +17,10 @@ def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall] | None
     ] or None
 
 
-def chunk_tool_call(event: tuple, ids: Sequence[str]) -> o.ChunkToolCall:
-    """The streamed delta of a `guided.tools.calls.CallStream` event: ("open", index, name) is the
-    call's first delta (index, its id `ids[index]`, type, name, arguments ""), ("args", index, text)
-    a fragment. ids: the generation's call ids by index (`CallTracker.ids`, the result's calls'),
-    so a streamed call has the id its `ToolCall` has."""
-    kind, index, value = event
-    if kind == "open":
-        return o.ChunkToolCall(
-            index=index, id=ids[index], type="function", function=o.ChunkFunctionCall(name=value, arguments="")
-        )
-    return o.ChunkToolCall(index=index, function=o.ChunkFunctionCall(arguments=value))
+def chunk_tool_call(event: CallOpened | CallArguments) -> o.ChunkToolCall:
+    """The streamed delta of a call event: a call's first delta (index, id, type, name, arguments
+    "") when it opens, then its argument fragments."""
+    if isinstance(event, CallOpened):
+        function = o.ChunkFunctionCall(name=event.name, arguments="")
+        return o.ChunkToolCall(index=event.index, id=event.id, type="function", function=function)
+    return o.ChunkToolCall(index=event.index, function=o.ChunkFunctionCall(arguments=event.text))

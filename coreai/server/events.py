@@ -1,0 +1,255 @@
+"""The neutral events of one generation, and its outcome: what every front end renders.
+
+`ReplyEvents` reads a choice's `Piece`s (the worker's output) and its final `GenerationResult`
+into events: `ReasoningDelta`, `ContentDelta`, `CallOpened`, `CallArguments` (a fragment of a
+call's arguments), `CallDone` and last `Finish`, which carries the `Outcome`. The outcome is decided
+once, here, from the result's verdict: a streamed reply ends with it and a whole reply is rendered
+from it (`outcome_of` folds the same events), so the two never disagree. The chat chunks
+(`replies.ChatReply`) and the Responses events (`responses_stream`) are renderers of these events;
+neither reads the other's output.
+
+Log-probabilities ride on the events that carry decoded text: the entries of the tokens decoded
+since the last such event (a piece whose text is all reasoning, or held back, passes its entries on).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from coreai.server.constraints import Constraint
+from coreai.server.engine import Piece, TokenLogprob
+from coreai.server.queue import Job
+from guided.tools.calls import CallStream, ToolCall
+from runtime import GenerationResult
+from runtime.reasoning import ReasoningPlan
+
+log = logging.getLogger("coreai.server")
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CallOpened:
+    """Call `index` begins: its id (the one its `ToolCall` has) and its complete name."""
+
+    index: int
+    id: str
+    name: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CallArguments:
+    """A fragment of call `index`'s arguments (JSON text); the fragments concatenate to them."""
+
+    index: int
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CallDone:
+    """Call `index` ended: complete (the grammar closed it), or not (cut by the token budget)."""
+
+    index: int
+    complete: bool
+
+
+@dataclass(frozen=True)
+class CutCall:
+    """A call opened and cut before its end (by the budget): what was decoded of it."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one generation ended. finish_reason: OpenAI's ("stop", "length", "tool_calls", "error");
+    content: the answer's text (None when there are only calls); reasoning: a thinking model's block,
+    or None; calls: the complete calls; cut: a call the budget cut (never in `calls`); refusal: why
+    a constrained output is not presented as valid, or None; logprobs: every decoded token's."""
+
+    result: GenerationResult
+    finish_reason: str
+    content: str | None
+    reasoning: str | None
+    calls: list[ToolCall]
+    cut: list[CutCall]
+    refusal: str | None
+    logprobs: list[TokenLogprob]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The last event. logprobs: the entries no earlier event carried."""
+
+    outcome: Outcome
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+Event = ReasoningDelta | ContentDelta | CallOpened | CallArguments | CallDone | Finish
+
+
+def openai_finish_reason(result: GenerationResult, calls: list[ToolCall]) -> str:
+    """OpenAI's finish_reason for a result whose verdict is already in it (`ConstrainedSession` turns
+    a "stop" whose output breaks its constraint into "error").
+
+    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is not a call;
+    the complete ones were closed under the grammar): then "tool_calls"; "error" when the
+    grammar engine failed or the output is not valid; "tool_calls" when calls were made; else "stop".
+    """
+    reason = result.finish_reason
+    if reason == "stop" or (reason == "length" and calls):
+        return "tool_calls" if calls else "stop"
+    if reason != "length":  # "error" (the engine's or the final check's message), or "cancelled" with nobody listening
+        log.warning("generation ended with %s: %s", reason, result.error)
+    return "length" if reason == "length" else "error"
+
+
+def refusal(result: GenerationResult, finish: str, constrained: bool) -> str | None:
+    """`message.refusal` for a constrained output that ended "error" (it breaks its constraint), so
+    the openai SDK's `parse()`, which parses `content` unless there is a refusal, does not present
+    it as valid; None otherwise."""
+    if not constrained or finish != "error":
+        return None
+    return f"the output is not valid against its constraint: {result.error or 'generation failed'}"
+
+
+class ReplyEvents:
+    """The events of one choice: `feed` each piece, then `end` with the result. `constraint` and
+    `reasoning` are the request's (`Preparer.prepare`): tools split the calls off the text, a
+    reasoning plan the thinking block."""
+
+    def __init__(self, constraint: Constraint | None, reasoning: ReasoningPlan | None):
+        self.constrained = constraint is not None
+        self.tools = constraint is not None and constraint.tool_mode is not None
+        self.calls = CallStream(getattr(constraint.session, "tools", None)) if self.tools else None
+        self.reasoning = reasoning
+        self.splitter = reasoning.splitter() if reasoning else None
+        self.text: list[str] = []
+        self.logprobs: list[TokenLogprob] = []  # every entry, for the outcome
+        self.pending: list[TokenLogprob] = []  # the entries no event carried yet
+        self.opened: dict[int, list[str]] = {}  # call index -> [id, name, arguments so far]
+        self.open: int | None = None  # the call streaming now
+        self.streamed_content = False
+
+    def feed(self, piece: Piece) -> list[Event]:
+        self.text.append(piece.text)
+        self.logprobs += piece.logprobs or []
+        self.pending += piece.logprobs or []
+        text = "".join(t for label, t in piece.parts if label is None) if self.tools else piece.text
+        events: list[Event] = []
+        if self.splitter is not None:
+            reasoning, text = self.splitter.feed(text)
+            if reasoning:
+                events.append(ReasoningDelta(reasoning))
+        if text:
+            events += self._content(text)
+        for call in self.calls.feed(piece.parts) if self.tools else []:
+            events += self._call(call, piece.call_ids)
+        return events
+
+    def end(self, result: GenerationResult | None) -> list[Event]:
+        """The last events; without a result (cancelled: nobody is listening) no `Finish`."""
+        events: list[Event] = []
+        if self.splitter is not None:
+            reasoning, text = self.splitter.finish()
+            if reasoning:
+                events.append(ReasoningDelta(reasoning))
+            if text:
+                events += self._content(text)
+        if result is None:
+            return events
+        complete = result.tool_calls if self.tools else []
+        if self.tools:
+            if not self.streamed_content and getattr(result, "content", None):  # the generic envelope's answer
+                events += self._content(result.content, carry=False)
+            ids = [c.id for c in complete]
+            for call in self.calls.finish(complete):
+                events += self._call(call, ids, carry=False)
+        if self.open is not None:
+            events.append(CallDone(self.open, self.open in {c.index for c in complete}))
+        outcome = self._outcome(result, complete)
+        events.append(Finish(outcome, self._take()))
+        return events
+
+    def _outcome(self, result: GenerationResult, calls: list[ToolCall]) -> Outcome:
+        text, reasoning = "".join(self.text), None
+        if self.reasoning is not None:
+            reasoning, text = self.reasoning.split(text)
+        content = (result.content or "") if self.tools else text
+        finish = openai_finish_reason(result, calls)
+        done = {c.index for c in calls}
+        cut = [CutCall(i, *opened) for i, opened in self.opened.items() if i not in done]
+        return Outcome(
+            result=result,
+            finish_reason=finish,
+            content=content if content or not calls else None,
+            reasoning=reasoning,
+            calls=list(calls),
+            cut=cut,
+            refusal=refusal(result, finish, self.constrained),
+            logprobs=self.logprobs,
+        )
+
+    def _take(self, carry: bool = True) -> list[TokenLogprob]:
+        if not carry:
+            return []
+        taken, self.pending = self.pending, []
+        return taken
+
+    def _close_call(self) -> list[Event]:
+        # A call followed by anything was closed by the grammar: it is complete.
+        done, self.open = self.open, None
+        return [] if done is None else [CallDone(done, True)]
+
+    def _content(self, text: str, carry: bool = True) -> list[Event]:
+        self.streamed_content = True
+        return [*self._close_call(), ContentDelta(text, self._take(carry))]
+
+    def _call(self, event: tuple, ids, carry: bool = True) -> list[Event]:
+        """A `CallStream` event: ("open", index, name) or ("args", index, fragment). ids: the
+        generation's call ids by index (`CallTracker.ids`, the result's calls')."""
+        kind, index, value = event
+        if kind == "open":
+            events = self._close_call()
+            self.open, self.opened[index] = index, [ids[index], value, ""]
+            return [*events, CallOpened(index, ids[index], value, self._take(carry))]
+        self.opened[index][2] += value
+        return [CallArguments(index, value, self._take(carry))]
+
+
+async def job_events(job: Job, events: ReplyEvents) -> AsyncIterator[Event]:
+    """The events of `job`'s generation as it runs (the caller cancels the job when it stops
+    reading)."""
+    result = None
+    while (item := await job.get()) is not Job.END:
+        if isinstance(item, GenerationResult):
+            result = item
+        else:
+            for event in events.feed(item):
+                yield event
+    for event in events.end(result):
+        yield event
+
+
+def outcome_of(pieces: list[Piece], result: GenerationResult, events: ReplyEvents) -> Outcome:
+    """The outcome of a whole (collected) generation: the same events, folded."""
+    for piece in pieces:
+        events.feed(piece)
+    finish = events.end(result)[-1]
+    return finish.outcome

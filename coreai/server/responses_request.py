@@ -1,0 +1,110 @@
+"""The Responses front end's mapping: a validated `ResponseCreateRequest` (and the conversation
+stored before its `previous_response_id`) to the `GenerationRequest` the prepare step runs, once,
+with no chat request in between. Its errors, and the prepare step's (`RESPONSES_NAMES`), name the
+Responses parameters: `input`, `input[i].arguments`, `text.format`, `tools[i].parameters`,
+`max_output_tokens`, `reasoning.effort`."""
+
+from __future__ import annotations
+
+from coreai.server import responses_schemas as r
+from coreai.server.constraints import structured_options
+from coreai.server.errors import APIError, bad_request
+from coreai.server.prepare import template_call
+from coreai.server.request import GenerationRequest, Names, Sampling
+from coreai.server.schemas import unanswered_tool_result
+
+RESPONSES_NAMES = Names(
+    messages="input",
+    max_tokens="max_output_tokens",
+    reasoning_effort="reasoning.effort",
+    tool_parameters="tools[{}].parameters",
+)
+
+
+def generation_request(req: r.ResponseCreateRequest, history: list[dict] = ()) -> tuple[GenerationRequest, list[dict]]:
+    """The generation `req` asks for, and the conversation to store with its response (`history`,
+    the stored turns before `previous_response_id` as chat messages, then `input`'s; not
+    `instructions`, as OpenAI carries them over). Raises a 400 `APIError` naming the Responses
+    field: `input` when there is no message to answer or a function_call_output answers no call
+    before it, `input[i].arguments` when a function call's arguments are not JSON text."""
+    turns, call_params = input_messages(req)
+    conversation = list(history) + turns
+    instructions = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    messages = instructions + conversation
+    if not messages:
+        raise APIError(400, "input: no message to answer (only reasoning items)", param="input", code="invalid_value")
+    answered = [(m["role"], [c["id"] for c in m.get("tool_calls") or []], m.get("tool_call_id")) for m in messages]
+    if found := unanswered_tool_result(answered):
+        raise bad_request(f"input: {found[2]}", "input")
+    params = iter(["previous_response_id"] * sum(len(m.get("tool_calls") or []) for m in history) + call_params)
+    fmt = req.text.format if req.text else None
+    response_format = None
+    if isinstance(fmt, r.TextFormatJsonSchema):  # `text.format` is the chat path's response_format, flat
+        response_format = ("text.format.schema", {"schema": fmt.schema_, "strict": fmt.strict is not False})
+    elif isinstance(fmt, r.TextFormatJsonObject):
+        response_format = ("text.format", {"json_object": True})
+    choice = req.tool_choice
+    if isinstance(choice, r.FunctionChoice):
+        choice = {"type": "function", "function": {"name": choice.name}}
+    if response_format is not None and req.structured_outputs is not None:
+        raise bad_request("give either text.format or structured_outputs, not both", "structured_outputs")
+    generation = GenerationRequest(
+        messages=[template_message(m, params) for m in messages],
+        names=RESPONSES_NAMES,
+        sampling=Sampling(temperature=req.temperature, top_p=req.top_p, seed=req.seed),
+        max_tokens=req.max_output_tokens,
+        answer=response_format or structured_options(req),
+        tools=[{"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})} for t in req.tools]
+        if req.tools
+        else None,
+        tool_choice=choice,
+        parallel_tool_calls=req.parallel_tool_calls,
+        logprobs=req.top_logprobs is not None or bool(req.include),
+        top_logprobs=req.top_logprobs or 0,
+        reasoning_effort=req.reasoning.effort if req.reasoning else None,
+    )
+    return generation, conversation
+
+
+def input_messages(req: r.ResponseCreateRequest) -> tuple[list[dict], list[str]]:
+    """The chat messages of `input`, and the parameter of each function call in them, in order: a
+    function_call joins the assistant message before it (or starts one), a function_call_output is a
+    `tool` message, reasoning items are dropped (the templates drop earlier turns' reasoning too)."""
+    messages: list[dict] = []
+    call_params: list[str] = []
+    items = [r.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
+    for i, item in enumerate(items):
+        if isinstance(item, r.MessageItem):
+            messages.append({"role": item.role, "content": _text(item.content)})
+        elif isinstance(item, r.FunctionCallItem):
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+            call_params.append(f"input[{i}].arguments")
+            if messages and messages[-1]["role"] == "assistant":
+                messages[-1].setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif isinstance(item, r.FunctionCallOutputItem):
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)})
+    return messages, call_params
+
+
+def template_message(message: dict, call_params) -> dict:
+    """A chat message (dict) as the chat template expects it: `developer` as `system`, tool-call
+    arguments parsed (a 400 naming the next of `call_params` when they are not JSON text)."""
+    out = {"role": "system" if message["role"] == "developer" else message["role"], "content": message["content"]}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            template_call(c["id"], c["function"]["name"], c["function"]["arguments"], next(call_params))
+            for c in message["tool_calls"]
+        ]
+    if message["role"] == "tool":
+        out["tool_call_id"] = message["tool_call_id"]
+    return out
+
+
+def _text(content) -> str:
+    return content if isinstance(content, str) else "".join(p.text for p in content)

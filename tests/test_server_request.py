@@ -1,0 +1,170 @@
+"""The server's one request and one outcome: a Responses body is mapped once into a
+`GenerationRequest` whose errors name the Responses fields, and a streamed reply ends with the
+outcome a whole reply is rendered from (`coreai.server.events`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from coreai.server import schemas
+from coreai.server.config import ServerConfig
+from coreai.server.constraints import Constraint, Constraints
+from coreai.server.engine import Piece
+from coreai.server.errors import APIError
+from coreai.server.events import ReplyEvents, outcome_of
+from coreai.server.prepare import Preparer
+from coreai.server.queue import Job
+from coreai.server.replies import ChatReply
+from coreai.server.responses import ResponseBuilder
+from coreai.server.responses_request import RESPONSES_NAMES, generation_request
+from coreai.server.responses_schemas import ResponseCreateRequest
+from coreai.server.responses_stream import events
+from guided import GrammarCache, GuidedResult
+from guided.tokenizer_info import get_tokenizer_info
+from runtime import Timings, Usage
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def responses_body(**fields) -> ResponseCreateRequest:
+    return ResponseCreateRequest.model_validate({"model": "tiny", "input": "Hi.", **fields})
+
+
+def test_a_responses_body_is_mapped_once_in_the_template_form():
+    items = [
+        {"role": "developer", "content": "Be brief."},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "18 C"},
+    ]
+    text = {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}}}
+    req = responses_body(input=items, instructions="Sys.", tools=[WEATHER], text=text, max_output_tokens=9)
+    generation, conversation = generation_request(req)
+    assert generation.messages == [
+        {"role": "system", "content": "Sys."},
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+            ],
+        },
+        {"role": "tool", "content": "18 C", "tool_call_id": "c1"},
+    ]
+    assert conversation[0] == {"role": "developer", "content": "Be brief."}  # stored as sent, no instructions
+    assert conversation[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+    assert generation.answer == ("text.format.schema", {"schema": {"type": "object"}, "strict": True})
+    assert generation.tools == [{"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}]
+    assert generation.names == RESPONSES_NAMES and generation.max_tokens == 9
+
+
+@pytest.mark.parametrize(
+    "fields, param, words",
+    [
+        (
+            {
+                "input": [
+                    {"role": "user", "content": "x"},
+                    {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"},
+                ]
+            },
+            "input[1].arguments",
+            "JSON text",
+        ),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input", "no message to answer"),
+        (
+            {"text": {"format": {"type": "json_object"}}, "structured_outputs": {"regex": "a+"}},
+            "structured_outputs",
+            "give either text.format or structured_outputs",
+        ),
+    ],
+)
+def test_mapping_errors_name_the_responses_fields(fields, param, words):
+    with pytest.raises(APIError) as error:
+        generation_request(responses_body(**fields))
+    assert error.value.status == 400 and error.value.param == param and words in error.value.message
+
+
+@pytest.fixture(scope="module")
+def preparer(tiny_model):
+    info = get_tokenizer_info(tiny_model.tokenizer, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
+    return Preparer(tiny_model, ServerConfig(max_tokens=100), Constraints(tiny_model, info, GrammarCache()))
+
+
+@pytest.mark.parametrize(
+    "fields, param, words",
+    [
+        ({"max_output_tokens": 500}, "max_output_tokens", "max_output_tokens must be <= 100"),
+        ({"tools": [{**WEATHER, "parameters": {"type": "array"}}]}, "tools[0].parameters", "object"),
+        ({"reasoning": {"effort": "low"}}, "reasoning.effort", "reasoning.effort: this model does not reason"),
+        ({"input": "x " * 5000}, "input", "context"),
+    ],
+)
+def test_prepare_errors_name_the_responses_fields(preparer, fields, param, words):
+    """The prepare step's own checks spell the parameters as the front end's mapping says."""
+    generation, _ = generation_request(responses_body(**fields))
+    with pytest.raises(APIError) as error:
+        preparer.prepare(generation)
+    assert error.value.param == param and words in error.value.message, error.value.message
+
+
+class ListJob:
+    """A job whose generation already ran: its pieces, then its result."""
+
+    cancel = threading.Event()
+
+    def __init__(self, items):
+        self.items = [*items, Job.END]
+
+    async def get(self):
+        return self.items.pop(0)
+
+
+def cut_call():
+    """The pieces and result of a forced call cut by the budget: its name and part of its arguments."""
+    parts = [("markup", "<tool_call>\n"), ("call:0", '{"name": "get_weather", "arguments": {"city": "Par')]
+    pieces = [Piece("<tool_call>\n" + parts[1][1], parts=parts, call_ids=("call_a",))]
+    result = GuidedResult(pieces[0].text, [1] * 12, "length", Usage(10, 12), Timings(), tool_calls=[])
+    return pieces, result
+
+
+def test_the_responses_stream_and_the_whole_response_agree_on_a_cut_call(tiny_model):
+    """One outcome: the cut call is `incomplete` in the stream's `output_item.done`, in its final
+    response and in the whole response, which are the same but for the ids; chat says "length"."""
+    pieces, result = cut_call()
+    constraint = Constraint(None, tool_mode="required")
+    req = responses_body(tools=[WEATHER], tool_choice="required")
+    builder = ResponseBuilder(req, "tiny", tiny_model.tokenizer)
+    whole = builder.render(outcome_of(pieces, result, ReplyEvents(constraint, None))).model_dump()
+
+    async def stream():
+        return [e async for e in events(builder, ReplyEvents(constraint, None), ListJob([*pieces, result]))]
+
+    streamed = asyncio.run(stream())
+    [done] = [e["item"] for e in streamed if e["type"] == "response.output_item.done"]
+    final = streamed[-1]
+    assert final["type"] == "response.incomplete" and whole["status"] == "incomplete"
+    assert done["status"] == "incomplete" and done["arguments"] == '{"city": "Par'
+    assert final["response"]["output"] == [done]  # the final output is the items streamed, ids and all
+    drop_ids = [{k: v for k, v in item.items() if k != "id"} for item in whole["output"]]
+    assert drop_ids == [{k: v for k, v in done.items() if k != "id"}]
+    chat = ChatReply(
+        schemas.ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "x"}], stream=True),
+        constraint,
+        tiny_model,
+        "t",
+    )
+    assert chat.complete([(pieces, result)]).choices[0].finish_reason == "length"
+    chunks = asyncio.run(collect(chat.stream([ListJob([*pieces, result])])))
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+async def collect(stream):
+    return [item async for item in stream]
