@@ -67,10 +67,10 @@ class Generation:
         invalid output presented as a normal stop."""
         c, strategy = self.constraint, self.strategy
         complete = result.finish_reason == "stop" and strategy.complete
-        reasoning = None
+        reasoning = raw_reasoning = None
         if strategy.gate.reasoned:
-            reasoning, answer = strategy.gate.plan.split(result.text)
-            reasoning = reasoning.strip() if reasoning is not None else None
+            raw_reasoning, answer = strategy.gate.plan.split(result.text)
+            reasoning = raw_reasoning.strip() if raw_reasoning is not None else None
             result = GenerationResult(**dict(vars(result), text=answer))
         if complete and result.stop_string is not None:
             # The grammar accepted the tokens; the stop string cut their text. Valid only if the grammar
@@ -114,7 +114,8 @@ class Generation:
             fields = dict(fields, finish_reason="error", error="; ".join(errors))
             result = GenerationResult(**fields)
         answer = (content or "") if c.tools is not None else result.text
-        outcome = decide(result, answer, calls, reasoning, strategy.stats.reasoning_tokens, constrained=True)
+        # The outcome's reasoning is the block as streamed (unstripped), so a reply and its stream agree.
+        outcome = decide(result, answer, calls, raw_reasoning, strategy.stats.reasoning_tokens, constrained=True)
         return GuidedResult(
             **fields,
             value=value,

@@ -24,7 +24,8 @@ from runtime.sequence import GenerationResult
 class Outcome:
     """finish: "stop" | "length" | "tool_calls" | "error" (see the module docstring). content: the
     text answer ("" when none; beside calls, the text outside them). reasoning: a thinking model's
-    reasoning text, or None when it did not reason; reasoning_tokens: the tokens of its block (end
+    reasoning text as streamed (between its markers, not stripped), or None when it did not reason;
+    reasoning_tokens: the tokens of its block (end
     marker included), at most the completion tokens. tool_calls: the complete calls. error: why
     "error" (the engine's or the check's message). refusal: for a constrained output that failed,
     the message a reply carries instead of presenting it; None otherwise."""

@@ -207,7 +207,7 @@ def test_a_failed_constrained_generation_is_failed_without_output(tiny_model):
     )
     part = OutputTextPart(text='{"a": tru')
     output = [OutputMessage(id="msg_1", status="completed", content=[part])]
-    response = ResponseBuilder(req, "tiny", tiny_model.tokenizer).finished(output, "error", result, None)
+    response = ResponseBuilder(req, "tiny", tiny_model.tokenizer).finished(output, "error", result, 0)
     assert response.status == "failed" and response.output == [] and response.output_text == ""
     assert response.error.message == "the output is not valid JSON" and response.usage.output_tokens == 3
 

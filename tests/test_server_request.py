@@ -23,6 +23,7 @@ from coreai.server.responses_request import RESPONSES_NAMES, generation_request
 from coreai.server.responses_schemas import ResponseCreateRequest
 from coreai.server.responses_stream import events
 from guided import GrammarCache, GuidedResult
+from guided.outcome import decide
 from guided.tokenizer_info import get_tokenizer_info
 from runtime import Timings, Usage
 
@@ -132,6 +133,7 @@ def cut_call():
     parts = [("markup", "<tool_call>\n"), ("call:0", '{"name": "get_weather", "arguments": {"city": "Par')]
     pieces = [Piece("<tool_call>\n" + parts[1][1], parts=parts, call_ids=("call_a",))]
     result = GuidedResult(pieces[0].text, [1] * 12, "length", Usage(10, 12), Timings(), tool_calls=[])
+    result.outcome = decide(result, "", [], None, 0, constrained=True)  # as the verdict decides it
     return pieces, result
 
 

@@ -3,8 +3,9 @@
 `ReplyEvents` reads a choice's `Piece`s (the worker's output) and its final `GenerationResult`
 into events: `ReasoningDelta`, `ContentDelta`, `CallOpened`, `CallArguments` (a fragment of a
 call's arguments), `CallDone` and last `Finish`, which carries the `Outcome`. The outcome is decided
-once, here, from the result's verdict: a streamed reply ends with it and a whole reply is rendered
-from it (`outcome_of` folds the same events), so the two never disagree. The chat chunks
+once, in `guided.outcome` (the verdict's, or `free_outcome` for free text); a streamed reply ends
+with it and a whole reply is rendered from it (`outcome_of` folds the same events), so the two
+never disagree. The chat chunks
 (`replies.ChatReply`) and the Responses events (`responses_stream`) are renderers of these events;
 neither reads the other's output.
 
@@ -21,6 +22,8 @@ from typing import AsyncIterator
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job
+from guided import GuidedResult, free_outcome
+from guided.outcome import Outcome as GuidedOutcome
 from guided.tools.calls import CallStream, ToolCall
 from runtime import GenerationResult
 from runtime.reasoning import ReasoningPlan
@@ -78,15 +81,17 @@ class CutCall:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one generation ended. finish_reason: OpenAI's ("stop", "length", "tool_calls", "error");
+    """How one generation ended, as a reply renders it: guided's `Outcome` (decided once there) and
+    what the stream adds. finish_reason: OpenAI's ("stop", "length", "tool_calls", "error");
     content: the answer's text (None when there are only calls); reasoning: a thinking model's block,
-    or None; calls: the complete calls; cut: a call the budget cut (never in `calls`); refusal: why
+    or None, and its tokens; calls: the complete calls; cut: a call the budget cut (never in `calls`); refusal: why
     a constrained output is not presented as valid, or None; logprobs: every decoded token's."""
 
     result: GenerationResult
     finish_reason: str
     content: str | None
     reasoning: str | None
+    reasoning_tokens: int
     calls: list[ToolCall]
     cut: list[CutCall]
     refusal: str | None
@@ -104,29 +109,14 @@ class Finish:
 Event = ReasoningDelta | ContentDelta | CallOpened | CallArguments | CallDone | Finish
 
 
-def openai_finish_reason(result: GenerationResult, calls: list[ToolCall]) -> str:
-    """OpenAI's finish_reason for a result whose verdict is already in it (`ConstrainedSession` turns
-    a "stop" whose output breaks its constraint into "error").
-
-    "length" when cut, unless complete tool calls were made (a call cut by max_tokens is not a call;
-    the complete ones were closed under the grammar): then "tool_calls"; "error" when the
-    grammar engine failed or the output is not valid; "tool_calls" when calls were made; else "stop".
-    """
-    reason = result.finish_reason
-    if reason == "stop" or (reason == "length" and calls):
-        return "tool_calls" if calls else "stop"
-    if reason != "length":  # "error" (the engine's or the final check's message), or "cancelled" with nobody listening
-        log.warning("generation ended with %s: %s", reason, result.error)
-    return "length" if reason == "length" else "error"
-
-
-def refusal(result: GenerationResult, finish: str, constrained: bool) -> str | None:
-    """`message.refusal` for a constrained output that ended "error" (it breaks its constraint), so
-    the openai SDK's `parse()`, which parses `content` unless there is a refusal, does not present
-    it as valid; None otherwise."""
-    if not constrained or finish != "error":
-        return None
-    return f"the output is not valid against its constraint: {result.error or 'generation failed'}"
+def decide(result: GenerationResult, reasoning: ReasoningPlan | None = None) -> GuidedOutcome:
+    """guided's outcome of `result`: the verdict's for a constrained result, else `free_outcome`
+    with the generation's reasoning plan. An "error" is logged (the engine's or the final check's
+    message, or a cancelled generation nobody heard)."""
+    decided = result.outcome if isinstance(result, GuidedResult) else free_outcome(result, reasoning)
+    if decided.finish == "error":
+        log.warning("generation ended with %s: %s", result.finish_reason, result.error)
+    return decided
 
 
 class ReplyEvents:
@@ -183,26 +173,26 @@ class ReplyEvents:
                 events += self._call(call, ids, carry=False)
         if self.open is not None:
             events.append(CallDone(self.open, self.open in {c.index for c in complete}))
-        outcome = self._outcome(result, complete)
+        outcome = self._outcome(result)
         events.append(Finish(outcome, self._take()))
         return events
 
-    def _outcome(self, result: GenerationResult, calls: list[ToolCall]) -> Outcome:
-        text, reasoning = "".join(self.text), None
-        if self.reasoning is not None:
-            reasoning, text = self.reasoning.split(text)
-        content = (result.content or "") if self.tools else text
-        finish = openai_finish_reason(result, calls)
-        done = {c.index for c in calls}
+    def _outcome(self, result: GenerationResult) -> Outcome:
+        """The reply's outcome: guided's decision (`guided.outcome`: the verdict's for a constrained
+        result, `free_outcome` for free text), with what only the stream knows: the cut calls'
+        decoded arguments and every token's log-probabilities."""
+        decided = decide(result, self.reasoning)
+        done = {c.index for c in decided.tool_calls}
         cut = [CutCall(i, *opened) for i, opened in self.opened.items() if i not in done]
         return Outcome(
             result=result,
-            finish_reason=finish,
-            content=content if content or not calls else None,
-            reasoning=reasoning,
-            calls=list(calls),
+            finish_reason=decided.finish,
+            content=decided.content if decided.content or not decided.tool_calls else None,
+            reasoning=decided.reasoning,
+            reasoning_tokens=decided.reasoning_tokens,
+            calls=decided.tool_calls,
             cut=cut,
-            refusal=refusal(result, finish, self.constrained),
+            refusal=decided.refusal,
             logprobs=self.logprobs,
         )
 

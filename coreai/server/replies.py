@@ -19,8 +19,8 @@ from coreai.server.events import (
     Outcome,
     ReasoningDelta,
     ReplyEvents,
+    decide,
     job_events,
-    openai_finish_reason,
     outcome_of,
 )
 from coreai.server.queue import Job
@@ -215,7 +215,7 @@ class CompletionReply(_Reply):
             logprobs = None
             if self.req.logprobs is not None:
                 logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
-            text, finish = "".join(p.text for p in pieces), openai_finish_reason(result, [])
+            text, finish = "".join(p.text for p in pieces), decide(result).finish
             choices.append(o.CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=finish))
         usage = usage_info([result for _, result in outcomes])
         return o.Completion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
@@ -236,6 +236,6 @@ class CompletionReply(_Reply):
                 offset += len(item.text)
                 yield self.chunk(index, item.text, None, logprobs)
             if results[index] is not None:
-                yield self.chunk(index, "", openai_finish_reason(results[index], []))
+                yield self.chunk(index, "", decide(results[index]).finish)
         finally:
             job.cancel.set()

@@ -72,16 +72,11 @@ class ResponseBuilder:
             **fields,
         )
 
-    def finished(self, output: list, finish: str, result: GenerationResult, reasoning: str | None) -> r.Response:
+    def finished(self, output: list, finish: str, result: GenerationResult, reasoning_tokens: int) -> r.Response:
         """The final response: `output` the items built (`items`), `finish` the outcome's
         finish_reason ("stop", "length", "tool_calls" or "error"): "error" is `failed` with no
-        output, "length" `incomplete`, the others `completed`."""
+        output, "length" `incomplete`, the others `completed`. reasoning_tokens: the outcome's."""
         usage = usage_info([result])
-        reasoning_tokens = 0
-        if reasoning:  # a constrained generation counts its block's tokens; free text is re-encoded
-            stats = getattr(result, "stats", None)
-            counted = stats.reasoning_tokens if stats is not None else len(self.tokenizer.encode(reasoning))
-            reasoning_tokens = min(counted, usage.completion_tokens)
         usage = r.ResponseUsage(
             input_tokens=usage.prompt_tokens,
             input_tokens_details=r.InputTokensDetails(cached_tokens=usage.prompt_tokens_details.cached_tokens),
@@ -130,7 +125,7 @@ class ResponseBuilder:
 
     def render(self, outcome: Outcome, ids: dict | None = None) -> r.Response:
         """The final response of `outcome` (whole, or the stream's last event; `ids` as in `items`)."""
-        return self.finished(self.items(outcome, ids), outcome.finish_reason, outcome.result, outcome.reasoning)
+        return self.finished(self.items(outcome, ids), outcome.finish_reason, outcome.result, outcome.reasoning_tokens)
 
 
 @router.post("/responses", response_model=r.Response, responses=ERROR_RESPONSES)
