@@ -121,7 +121,7 @@ class Sequence:
         self.unreported_chars = 0
         self.reported_last = prompt_ids[-1]
         self.last_prompt_token = prompt_ids[-1]
-        self.refeed = False  # the last step appended nothing: score the last kept token again
+        self.refeed = False  # the last step appended nothing new to the KV cache: score the last kept token again
 
     @property
     def cancelled(self) -> bool:
@@ -168,7 +168,10 @@ class Sequence:
             self.finish = "length"
         if self.finish is None and self.cancelled:
             self.finish = "cancelled"
-        self.refeed = self.finish is None and not appended
+        # Nothing appended beyond the draft tokens already fed (none at all, or only accepted draft
+        # tokens when a rollback took back the token sampled after them): score the last kept token
+        # again, its KV trimmed, so the next pass is never empty.
+        self.refeed = self.finish is None and len(appended) <= step.verified
         return trim + self.refeed
 
     def next_feed(self) -> tuple[list[int], int]:

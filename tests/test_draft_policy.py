@@ -120,3 +120,17 @@ def test_the_strategys_draft_is_the_policys_and_the_loop_feeds_it_whole(tiny_tok
     assert feed[-2:] == [100, 101] and rows == 3
     strategy.rollback(1)
     assert strategy.draft == []
+
+
+def test_a_step_that_keeps_only_fed_draft_tokens_scores_the_last_one_again(tiny_tokenizer):
+    """A step whose tokens are all accepted draft tokens (validate-and-rollback took back the token
+    sampled after them) appends nothing the KV cache lacks: the next pass re-feeds the last kept token
+    (its KV trimmed), never an empty feed (which the batch's forward pass cannot take)."""
+    from runtime.sequence import Sequence
+    from runtime.strategy import Step
+
+    seq = Sequence(tiny_tokenizer, PROMPT, max_tokens=10)
+    seq.apply(Step(tokens=[5], draft=[6]))
+    assert seq.next_feed() == ([5, 6], 2)  # the sampled token and the draft, fed together
+    trim = seq.apply(Step(tokens=[6], verified=1))  # the draft token kept, nothing after it
+    assert trim == 1 and seq.next_feed() == ([6], 1)
