@@ -227,7 +227,14 @@ def tool_grammar(
             raise ValueError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'")
     rules = f.rules(pieces)
     if mode == "required":
-        return head + "start: calls TAIL?\n" + rules + capture, []
+        # Calls only, in the format's markup or in the JSON forms small models write out of habit
+        # (under auto the 0.5B model lists parallel calls in a fence; forced into its markup it
+        # writes one call and ends: docs/bfcl.md).
+        options = ["calls TAIL?"]
+        if f.json_text:
+            forms, form_rules, _ = json_text_forms(pieces, f.bare)
+            options, rules = options + [f"{o} TAIL?" for o in forms], rules + form_rules
+        return head + f"start: {' | '.join(options)}\n" + rules + capture, []
     # auto: text (or the answer's JSON), or calls. At the output's start the format's own calls, or
     # the JSON calls small models write (`json_text_forms`); text may not start as those do. A
     # special-token opener after text starts the calls.
