@@ -228,7 +228,7 @@ class _Describer:
         props = node.get("properties")
         if not isinstance(props, dict):
             return []
-        required = node.get("required") if isinstance(node.get("required"), list) else []
+        required = node["required"] if isinstance(node.get("required"), list) else []
         lines = []
         indent = "  " * depth
         for name, sub in props.items():

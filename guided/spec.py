@@ -35,7 +35,7 @@ import functools
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
@@ -45,6 +45,9 @@ from guided.schema.checks import check_depth, check_finite, check_metaschema, ch
 from guided.schema.numbers import engine_numbers
 from guided.schema.pointer import pointer
 from guided.schema.rewrite import close_objects, exact_formats
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # the stub's TypedDict; not exported at run time
 
 JSON_KINDS = ("json_schema", "json_object")
 
@@ -172,9 +175,9 @@ def resolve_whitespace(whitespace: str | None, any_whitespace: bool | None) -> s
 def json_grammar(schema, whitespace: str, lenient: bool) -> str:
     """llguidance grammar text for a JSON Schema with a `whitespace` layout (one of `WHITESPACES`)
     and the lenient option."""
-    options = {"whitespace_flexible": whitespace != "compact", "lenient": lenient}
+    options: JsonCompileOptions = {"whitespace_flexible": whitespace != "compact", "lenient": lenient}
     if whitespace == "compact":
-        options.update(item_separator=",", key_separator=":")
+        options.update({"item_separator": ",", "key_separator": ":"})
     else:
         options["whitespace_pattern"] = PRETTY_PATTERN if whitespace == "pretty" else WHITESPACE_PATTERN
     try:
@@ -298,4 +301,5 @@ def make_spec(
         # JSON string escapes are valid Lark string literal escapes.
         lark = "start: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
         return GrammarSpec("choices", LLMatcher.grammar_from_lark(lark), None, options)
+    assert grammar is not None  # exactly one was given, and it is none of the others
     return GrammarSpec("lark", LLMatcher.grammar_from_lark(lark_text(grammar)), None, options)

@@ -33,6 +33,7 @@ import numbers
 import secrets
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
@@ -150,7 +151,7 @@ class TokenSampler:
         """
         k = len(draft)
         if self.temperature == 0:
-            best = mx.argmax(logprobs, axis=-1).tolist()
+            best = cast(list[int], mx.argmax(logprobs, axis=-1).tolist())  # mlx types tolist() as any nesting
             i = 0
             while i < k and best[i] == draft[i]:
                 i += 1
@@ -160,11 +161,11 @@ class TokenSampler:
             scores = f(scores)
         scores = scores * (1.0 / self.temperature)
         drawn = mx.stack([mx.random.categorical(scores[j], key=self._key(position + j)) for j in range(k + 1)])
-        drawn = drawn.tolist()
+        tokens = cast(list[int], drawn.tolist())
         i = 0
-        while i < k and drawn[i] == draft[i]:
+        while i < k and tokens[i] == draft[i]:
             i += 1
-        return i, drawn[i]
+        return i, tokens[i]
 
 
 class TokenHistory:
@@ -261,6 +262,7 @@ class SamplingStrategy:
         """The draft to feed after `step` (`fed`: draft tokens of the pass just verified). The time
         since the last decision is one loop cycle of that pass (its forward pass, mask fills,
         verification, the drafter's proposal): the cost model's measurement of its width."""
+        assert self.drafter is not None  # the caller's check
         now = time.perf_counter()
         if self._mark is not None:
             self.costs.observe_pass(self._base + fed, now - self._mark)

@@ -29,7 +29,7 @@ def add_model_args(p) -> None:
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
 
 
-def add_speculative_arg(p, default: str = "off") -> None:
+def add_speculative_arg(p, default: str | None = "off") -> None:
     p.add_argument(
         "--speculative",
         choices=("off", "prompt_lookup", "draft"),

@@ -64,6 +64,7 @@ def run(args) -> int:
             sys.stdout.flush()
             result = delta.result or result
         sys.stdout.write("\n")
+        assert result is not None  # the last delta carries the result
     else:
         result = runner.generate(prompt, **kwargs)
         if getattr(result, "reasoning", None):
