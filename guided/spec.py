@@ -8,7 +8,7 @@ Options (the same for every input kind that uses them):
   - "pretty" (the default, `DEFAULT_WHITESPACE`): between any two tokens nothing, one space, or one
     line break followed by at most `PRETTY_INDENT` spaces/tabs (`PRETTY_PATTERN`): the model's own
     pretty-printing (`{\n  "key": "value",\n  ...\n}`, or `{"a": 1, "b": [2, 3]}`) fits, a blank
-    line or a run of spaces before a comma does not (docs/quality.md measured it);
+    line or a run of spaces before a comma does not (docs/reports/quality.md measured it);
   - "compact": `{"a":1,"b":[2,3]}` (separators "," and ":", no other whitespace);
   - "any": any JSON whitespace in any order, in bounded runs: at most 2 line breaks and at most 64
     spaces/tabs before, between and after them (`WHITESPACE_PATTERN`).
@@ -150,7 +150,7 @@ WHITESPACE_PATTERN = r"[ \t]{0,64}(?:(?:\r\n|\r|\n)[ \t]{0,64}){0,2}"
 # deeper values can still be written compact). The same bound as llama.cpp's JSON grammars
 # (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar), with one line break, not two.
 # Whitespace is what a model has left when it wants to close an object before a required key: under
-# "any" that was a blank line and 64 spaces (docs/guided-numbers-whitespace.md); here 21 characters.
+# "any" that was a blank line and 64 spaces (docs/reference/guided-numbers-whitespace.md); here 21 characters.
 PRETTY_INDENT = 20
 PRETTY_PATTERN = rf"(?: |(?:\r\n|\r|\n)[ \t]{{0,{PRETTY_INDENT}}})?"
 WHITESPACES = ("pretty", "compact", "any")

@@ -8,7 +8,7 @@ function with type hints (pydantic's `TypeAdapter` of the signature; the descrip
 docstring). `Tool.template` is the OpenAI chat shape chat templates render.
 
 The formats (hermes, llama3, mistral, mistral_names, phi4, pythonic, qwen3_coder, generic) are
-detected from the chat template or chosen with `tool_format=`; docs/tools.md has the table. The
+detected from the chat template or chosen with `tool_format=`; docs/reference/tools.md has the table. The
 "generic" format is for templates with no tool markup: the tools are described in a system message
 and the whole reply is one JSON envelope, `{"tool_calls": [call, ...]}` or `{"response": "text"}`
 (llama.cpp's generic handler does the same).
