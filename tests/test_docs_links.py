@@ -1,5 +1,5 @@
 """Every link to a page of the repository resolves: relative links in the Markdown files (with their
-`#anchor`, as GitHub spells a heading's anchor) and every `docs/....md` named in a source, test,
+`#anchor`, as GitHub spells a heading's anchor) and every docs page named by path in a source, test,
 Markdown or build file. Pages move (docs/reference/, docs/reports/, see docs/README.md); this finds
 what still points at the old place."""
 
