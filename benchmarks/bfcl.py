@@ -18,7 +18,7 @@ invalid-argument rate (a call to a function not offered, or arguments that are n
 break the tool's JSON Schema), wrong calls (well-formed, scored wrong), rejected requests (an HTTP
 error) and the median seconds per question. The sample is fixed: `--per-category` questions evenly
 spaced through each category's file (`--full`: all of them). Data: $COREAI_SHARED_DATA/bfcl, else
-../shared/data/bfcl beside the checkout (see docs/bfcl.md).
+../shared/data/bfcl beside the checkout (see docs/reports/bfcl.md).
 """
 
 from __future__ import annotations

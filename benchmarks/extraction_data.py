@@ -541,7 +541,7 @@ _TITLE = re.compile(r"^(?:(?:mr|mrs|ms|miss|dr|prof|sir)\.?\s+)+", re.IGNORECASE
 
 
 def normalise(value: Any, kind: str = "text") -> Any:
-    """The form two values are compared in (docs/quality.md, "Scoring"):
+    """The form two values are compared in (docs/reports/quality.md, "Scoring"):
 
     - numbers (int/float, not bool): rounded to 2 decimals (amounts to the cent); a string is not a number;
     - booleans and None: as they are;

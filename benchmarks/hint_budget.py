@@ -1,6 +1,6 @@
 """The schema hints' token budget (issue 39): the prompt tokens a schema description adds, with and
 without the budget, on the default model's tokenizer, and whether the labelled extraction set's
-prompts (docs/quality.md) change under it.
+prompts (docs/reports/quality.md) change under it.
 
     python -m benchmarks.hint_budget [--model qwen2.5-coder-0.5b-instruct] [--enum 3000] [--out FILE]
 

@@ -48,7 +48,7 @@ from guided.schema_prompt import SCHEMA_IN_PROMPT, SCHEMA_PROMPT_STYLE, describe
 from guided.spec import DEFAULT_WHITESPACE
 
 RESULTS = REPO / "benchmarks" / "results"
-DEFAULT_PER_DOMAIN = 2  # 10 documents x 4 variants: docs/quality.md has the time and the standard errors
+DEFAULT_PER_DOMAIN = 2  # 10 documents x 4 variants: docs/reports/quality.md has the time and the standard errors
 SYSTEM = (
     "You extract information from documents into JSON. Take every value from the document; "
     "do not invent values that are not there."
@@ -81,7 +81,7 @@ VARIANTS = {
     )
 }
 # The fixed sample's variants: unconstrained, the old compact default, the pretty layout alone and the
-# shipped default (hints + pretty); the others lost on the samples in docs/quality.md (--variants).
+# shipped default (hints + pretty); the others lost on the samples in docs/reports/quality.md (--variants).
 DEFAULT_VARIANTS = ("unconstrained+schema", "constrained", "constrained+pretty", "constrained+hints+pretty")
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 

@@ -5,7 +5,7 @@ conformance/results/conformance.json (+ .md).
     python -m conformance.run                 # everything (about 10 minutes on 2 cores)
     python -m conformance.run --quick         # a fixed small sample (seconds; what CI runs)
     python -m conformance.run --parts suite   # only some parts: suite, maskbench, compliance
-    python -m conformance.run --readme        # also write the summary into docs/conformance.md (make conformance)
+    python -m conformance.run --readme        # also the summary in docs/reports/conformance.md (make conformance)
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def summary(report: dict) -> str:
     return "\n\n".join(out)
 
 
-def update_readme(text: str, readme: Path = REPO / "docs" / "conformance.md") -> None:
+def update_readme(text: str, readme: Path = REPO / "docs" / "reports" / "conformance.md") -> None:
     """Replace the block between README_BEGIN and README_END with `text`."""
     body = readme.read_text()
     head, rest = body.split(README_BEGIN, 1)
@@ -179,7 +179,7 @@ def main(argv=None) -> dict:
     )
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=REPO / "conformance" / "results" / "conformance.json")
-    ap.add_argument("--readme", action="store_true", help="write the summary into docs/conformance.md")
+    ap.add_argument("--readme", action="store_true", help="write the summary into docs/reports/conformance.md")
     args = ap.parse_args(argv)
     if args.quick:
         args.suite_sample = args.suite_sample or 1
@@ -271,7 +271,7 @@ def main(argv=None) -> dict:
     log(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     if args.readme:
         update_readme(summary(report))
-        log("updated the summary in docs/conformance.md")
+        log("updated the summary in docs/reports/conformance.md")
     return report
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from guided.schema.numbers import loads_exact
 from guided.schema.pointer import pointer, resolve_local_ref
@@ -140,7 +141,7 @@ class _Frame:
     start: int  # byte offset of the bracket
     path: tuple  # instance path of the container
     checked: bool
-    member: object = None  # current key (object) or index (array)
+    member: Any = None  # current key (object) or index (array)
     member_start: int = 0  # where the current member begins: its key in an object, its value in an array
     choice: int = 0  # where the choice of the current member was made: after the bracket or the last member
     state: str = "value"  # object: key / colon / value / comma; array: value / comma
@@ -227,9 +228,8 @@ class ValueChecker:
                 elif byte == 0x22:  # closing quote
                     self.scalar = None
                     if is_key:
-                        frame = self.stack[-1]
-                        frame.member = json.loads(self.text[start : pos + 1])
-                        frame.state = "colon"
+                        self.stack[-1].member = json.loads(self.text[start : pos + 1])
+                        self.stack[-1].state = "colon"
                         return None
                     return self._value_end(start, pos + 1, check)
                 return None
@@ -253,15 +253,15 @@ class ValueChecker:
         if byte == 0x22 and frame is not None and frame.kind == "o" and frame.state == "key":
             frame.member_start = pos
             self.scalar = ("s", pos, True)
-        elif byte == 0x3A:  # colon
+        elif frame is not None and byte == 0x3A:  # colon (with no frame these bytes ended above)
             frame.state = "value"
-        elif byte == 0x2C:  # comma
+        elif frame is not None and byte == 0x2C:  # comma
             if frame.kind == "o":
                 frame.state = "key"
             else:
                 frame.member += 1
                 frame.state = "value"
-        elif byte in (0x7D, 0x5D):  # closing brace / bracket
+        elif frame is not None and byte in (0x7D, 0x5D):  # closing brace / bracket
             self.stack.pop()
             return self._value_end(frame.start, pos + 1, check, frame.path)
         else:

@@ -72,7 +72,7 @@ def _tokens(text: str) -> list[_Tok]:
         m = _TOKEN.match(text, i)
         if m is None:
             raise _Unreadable(f"unexpected {text[i]!r}")
-        kind, value, i = m.lastgroup, m.group(), m.end()
+        kind, value, i = m.lastgroup or "", m.group(), m.end()  # every alternative of _TOKEN is a named group
         if kind == "newline":
             line_start = True
             continue
@@ -145,13 +145,13 @@ class _Reader:
                 expr = ("opt", expr)
             elif self.at("+"):
                 self.take()
-            elif self.at("~") and self.peek(1) is not None and self.peek(1).kind == "number":
+            elif self.at("~") and (after := self.peek(1)) is not None and after.kind == "number":
                 self.take()
                 if int(self.take().text) == 0:
                     expr = ("opt", expr)
                 if self.at(".."):
                     self.take(), self.take()
-            elif self.at("{") and self.peek(1) is not None and self.peek(1).kind == "number":
+            elif self.at("{") and (after := self.peek(1)) is not None and after.kind == "number":
                 self.take()
                 if int(self.take().text) == 0:
                     expr = ("opt", expr)
@@ -172,7 +172,7 @@ class _Reader:
                 self.take(), self.take()
             return _NOTHING
         if tok.kind == "name":
-            if self.at("{") and (self.peek(1) is None or self.peek(1).kind != "number"):  # a template's use
+            if self.at("{") and ((after := self.peek(1)) is None or after.kind != "number"):  # a template's use
                 raise _Unreadable("a template")
             return ("sym", tok.text.lstrip("?!"))
         raise _Unreadable(f"unexpected {tok.text!r}")

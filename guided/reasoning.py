@@ -94,6 +94,7 @@ class ReasoningGate:
         decides the phase); inside the block, up to the first marker or EOS and within the budget."""
         if self.phase == "start":
             return []
+        assert self.plan is not None  # outside the answer there is a plan
         stop = self._never | {self._start, self._end}
         end = next((i for i, d in enumerate(draft) if d in stop), len(draft))
         return draft[: min(end, self.plan.max_tokens - self.tokens - 1)]
@@ -107,6 +108,7 @@ class ReasoningGate:
                 return None
             self.phase = "free"
             return GateStep([token], [])
+        assert self.plan is not None  # outside the answer there is a plan
         t = self.plan.tokens
         tokens = accepted + [token]
         self.tokens += len(tokens)

@@ -133,6 +133,7 @@ class RollbackPlanner:
             why = "no sampled token to change" if retry is None else f"{self.max_retries} retries spent"
             step.finish, step.message = "error", f"validate-and-rollback: {violation} ({why})"
             return step
+        assert bans is not None  # found with `retry`
         self.stats.retries += 1
         self._seek(retry)
         offset = self._start(retry)

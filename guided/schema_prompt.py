@@ -44,7 +44,7 @@ FORMATS = {
     "regex": "a regular expression",
 }
 # The default of `ConstrainedSession(schema_in_prompt=...)`, the CLI and the server, and the description
-# it renders: measured by benchmarks/quality.py (docs/quality.md). "hints" with the default pretty
+# it renders: measured by benchmarks/quality.py (docs/reports/quality.md). "hints" with the default pretty
 # layout is the one setting at least as accurate as unconstrained on every domain (the model cannot
 # know an enum's values or a date's form unless told); the full "schema" description lowered accuracy.
 # A schema without such keywords gets no description, so its prompt is unchanged.
@@ -270,7 +270,7 @@ class _Describer:
         props = node.get("properties")
         if not isinstance(props, dict):
             return []
-        required = node.get("required") if isinstance(node.get("required"), list) else []
+        required = node["required"] if isinstance(node.get("required"), list) else []
         lines = []
         indent = "  " * depth
         for name, sub in props.items():

@@ -8,7 +8,7 @@ Options (the same for every input kind that uses them):
   - "pretty" (the default, `DEFAULT_WHITESPACE`): between any two tokens nothing, one space, or one
     line break followed by at most `PRETTY_INDENT` spaces/tabs (`PRETTY_PATTERN`): the model's own
     pretty-printing (`{\n  "key": "value",\n  ...\n}`, or `{"a": 1, "b": [2, 3]}`) fits, a blank
-    line or a run of spaces before a comma does not (docs/quality.md measured it);
+    line or a run of spaces before a comma does not (docs/reports/quality.md measured it);
   - "compact": `{"a":1,"b":[2,3]}` (separators "," and ":", no other whitespace);
   - "any": any JSON whitespace in any order, in bounded runs: at most 2 line breaks and at most 64
     spaces/tabs before, between and after them (`WHITESPACE_PATTERN`).
@@ -35,7 +35,7 @@ import functools
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
@@ -45,6 +45,9 @@ from guided.schema.checks import check_depth, check_finite, check_metaschema, ch
 from guided.schema.numbers import engine_numbers
 from guided.schema.pointer import pointer
 from guided.schema.rewrite import close_objects, exact_formats
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # the stub's TypedDict; not exported at run time
 
 JSON_KINDS = ("json_schema", "json_object")
 
@@ -147,7 +150,7 @@ WHITESPACE_PATTERN = r"[ \t]{0,64}(?:(?:\r\n|\r|\n)[ \t]{0,64}){0,2}"
 # deeper values can still be written compact). The same bound as llama.cpp's JSON grammars
 # (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`, json_schema_to_grammar), with one line break, not two.
 # Whitespace is what a model has left when it wants to close an object before a required key: under
-# "any" that was a blank line and 64 spaces (docs/guided-numbers-whitespace.md); here 21 characters.
+# "any" that was a blank line and 64 spaces (docs/reference/guided-numbers-whitespace.md); here 21 characters.
 PRETTY_INDENT = 20
 PRETTY_PATTERN = rf"(?: |(?:\r\n|\r|\n)[ \t]{{0,{PRETTY_INDENT}}})?"
 WHITESPACES = ("pretty", "compact", "any")
@@ -172,9 +175,9 @@ def resolve_whitespace(whitespace: str | None, any_whitespace: bool | None) -> s
 def json_grammar(schema, whitespace: str, lenient: bool) -> str:
     """llguidance grammar text for a JSON Schema with a `whitespace` layout (one of `WHITESPACES`)
     and the lenient option."""
-    options = {"whitespace_flexible": whitespace != "compact", "lenient": lenient}
+    options: JsonCompileOptions = {"whitespace_flexible": whitespace != "compact", "lenient": lenient}
     if whitespace == "compact":
-        options.update(item_separator=",", key_separator=":")
+        options.update({"item_separator": ",", "key_separator": ":"})
     else:
         options["whitespace_pattern"] = PRETTY_PATTERN if whitespace == "pretty" else WHITESPACE_PATTERN
     try:
@@ -298,4 +301,5 @@ def make_spec(
         # JSON string escapes are valid Lark string literal escapes.
         lark = "start: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
         return GrammarSpec("choices", LLMatcher.grammar_from_lark(lark), None, options)
+    assert grammar is not None  # exactly one was given, and it is none of the others
     return GrammarSpec("lark", LLMatcher.grammar_from_lark(lark_text(grammar)), None, options)

@@ -77,7 +77,7 @@ def check_json(text: str, schema) -> tuple[Any, list[str]]:
     return json.loads(text), errors  # plain floats for the caller
 
 
-def validator_class(schema) -> type:
+def validator_class(schema) -> Any:
     """The `jsonschema` validator class of `schema`'s draft (2020-12 when it names none), reading
     `pattern` as ECMA 262 does (`_pattern`) and numbers as exact decimals (`_exact_numbers`)."""
     import jsonschema

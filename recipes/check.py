@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 from .errors import ExportError
 
@@ -117,7 +118,7 @@ def nll(model, ids: list[int], logits=None) -> float:
     logits = (logits_for(model, ids) if logits is None else logits)[:-1]
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     picked = mx.take_along_axis(logprobs, mx.array(ids[1:])[:, None], axis=-1)
-    return -picked.mean().item()
+    return -cast(float, picked.mean().item())  # mlx types item() as any scalar
 
 
 def float_reference(model, write_tokenizer, config: dict) -> dict:
@@ -211,9 +212,10 @@ def verify(
             ref_top1 = mx.array(reference_top1)
         else:
             del model
+            assert reference is not None  # `compare` without reference_top1
             ref_model, _ = load_for_eval(reference, tokenizer=False)
             ref_top1 = mx.argmax(logits_for(ref_model, ids), axis=-1)
-        report.agreement = (top1 == ref_top1).astype(mx.float32).mean().item()
+        report.agreement = cast(float, (top1 == ref_top1).astype(mx.float32).mean().item())
         if report.agreement < min_agreement:
             report.failures.append(f"top-1 agreement {report.agreement:.3f} < {min_agreement}")
     if check and report.failures:

@@ -19,11 +19,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ExportError
 from .families import EMBEDDINGS
 from .quantize import bits_per_weight, load_plan, quantize_model
 from .sources import open_source
+
+if TYPE_CHECKING:
+    from .check import VerifyReport
 
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -41,7 +45,7 @@ class ExportReport:
     bytes_written: int
     seconds: float
     dry_run: bool = False
-    verify: object = None  # a VerifyReport when verify=True
+    verify: VerifyReport | None = None  # when verify=True
     bits_per_weight: float = 0.0  # stored bits (scales and biases included) per logical weight
 
     def summary(self) -> str:
@@ -90,7 +94,7 @@ class _Prefetch:
     def __init__(self, load, names: list[str], dtype, ahead: int = 8):
         import queue
 
-        self._queue = queue.Queue(maxsize=ahead)
+        self._queue: queue.Queue = queue.Queue(maxsize=ahead)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(load, names, dtype), daemon=True)
         self._thread.start()

@@ -63,7 +63,7 @@ class GGUFFile:
         except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
             raise SourceError(f"{self.path}: cannot read as GGUF ({exc})") from None
         # struct and bytes() on a memoryview are ~5x faster than numpy slicing for the ~300k strings.
-        self._view = memoryview(self._blob)
+        self._view = memoryview(self._blob)  # type: ignore[arg-type]  # numpy's stub: no __buffer__ before 3.12
         if bytes(self._view[:4]) != b"GGUF":
             raise SourceError(f"{self.path}: not a GGUF file (no GGUF magic bytes)")
         try:

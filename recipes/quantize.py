@@ -35,9 +35,11 @@ import contextlib
 import fnmatch
 import io
 import json
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any, cast
 
 from .errors import ExportError
 
@@ -78,14 +80,14 @@ class QuantPlan:
             if fnmatch.fnmatchcase(path, pattern):
                 return bits
         if leaf in embeddings and (self.keep_embedding or self.embedding_bits is not None):
-            return 0 if self.keep_embedding else self.embedding_bits
+            return 0 if self.keep_embedding else self.embedding_bits or 0
         return self.bits or 0
 
 
 def load_plan(
     quantize: str,
     group_size: int,
-    config: str | Path | None,
+    config: str | os.PathLike | None,
     keep_embedding: bool,
     embedding_bits: int | None = None,
 ) -> QuantPlan:
@@ -98,7 +100,7 @@ def load_plan(
     if quantize in shipped_recipes():
         if config is not None:
             raise ExportError(f"--quantize {quantize} is a shipped recipe; it takes no --config")
-        config = resources.files("recipes").joinpath(f"data/{quantize}.yaml")
+        config = str(resources.files("recipes").joinpath(f"data/{quantize}.yaml"))
         quantize = "mixed"
     elif quantize not in PRESETS:
         raise ExportError(f"unknown quantization {quantize!r}; choose one of {', '.join(quantization_names())}")
@@ -114,6 +116,7 @@ def load_plan(
     if quantize == "none":
         raise ExportError(f"{config}: a quantization config needs --quantize 4bit, 8bit or mixed")
     data = _read(Path(config))
+    assert plan.bits is not None  # "none" was refused above
     try:
         plan.bits = int(data.get("bits", plan.bits))
         plan.group_size = int(data.get("group_size", plan.group_size))
@@ -183,4 +186,5 @@ def bits_per_weight(model, parameters: int) -> float:
     quantization scales and biases included, times 8, over `parameters` (the unquantized count)."""
     from mlx.utils import tree_flatten
 
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters())) * 8 / max(parameters, 1)
+    flat = cast(list[tuple[str, Any]], tree_flatten(model.parameters()))  # mlx types it as a list or a dict
+    return sum(v.nbytes for _, v in flat) * 8 / max(parameters, 1)

@@ -8,10 +8,11 @@ tokenizer files.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -53,11 +54,11 @@ class Checkpoint:
     recipe: Recipe
     config: dict
     shapes: dict[str, tuple[int, ...]]
-    load: Callable[[str], object]
+    load: Callable[..., object]  # (name, numpy dtype=float32)
     write_tokenizer: Callable[[Path], list[int]]
 
 
-def open_source(source: str | Path, recipe: str | None = None) -> Checkpoint:
+def open_source(source: str | os.PathLike, recipe: str | None = None) -> Checkpoint:
     """A `Checkpoint` for a GGUF file or a Hugging Face folder; the family is detected from the
     metadata unless `recipe` names one. Raises SourceError for an unreadable source, ExportError for
     an unknown recipe or unsupported architecture."""
@@ -95,7 +96,7 @@ def _py(value):
 def _gguf_config(gguf, recipe: Recipe) -> dict:
     md = gguf.metadata
     arch = md["general.architecture"]
-    config = {"model_type": recipe.model_type}
+    config: dict[str, Any] = {"model_type": recipe.model_type}
     for key, gguf_key in CONFIG_MAP.items():
         value = md.get(f"{arch}.{gguf_key}")
         if isinstance(value, np.ndarray):  # per-layer values (e.g. head_count_kv): must be uniform here
@@ -337,10 +338,10 @@ def _open_hf(path: Path, recipe_name: str | None) -> Checkpoint:
         raise SourceError(f"{path}: no *.safetensors weight files")
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
         raise SourceError(f"{path}: missing tokenizer (no tokenizer.json or tokenizer.model)")
-    weights = {}
+    weights: dict[str, Any] = {}
     for f in files:
         try:
-            weights.update(mx.load(str(f)))  # lazy: nothing is read until a tensor is evaluated
+            weights.update(mx.load(str(f)))  # type: ignore[arg-type]  # mlx's stub: any return form; a dict here. Lazy: nothing is read until a tensor is evaluated
         except (RuntimeError, ValueError) as exc:
             raise SourceError(f"{f}: cannot read safetensors ({exc})") from None
     if multimodal:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -52,7 +52,7 @@ class Model:
         self.path = Path(path)
         self.name = name or self.path.name
         text_config = config.get("text_config", config)
-        self.vocab_size = int(text_config.get("vocab_size") or config.get("vocab_size"))
+        self.vocab_size = int(text_config.get("vocab_size") or cast(int, config.get("vocab_size")))
         self.context_length = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
         self.draft: Model | None = None
 

@@ -32,7 +32,7 @@ import math
 import numbers
 import secrets
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
@@ -150,7 +150,7 @@ class TokenSampler:
         """
         k = len(draft)
         if self.temperature == 0:
-            best = mx.argmax(logprobs, axis=-1).tolist()
+            best = cast(list[int], mx.argmax(logprobs, axis=-1).tolist())  # mlx types tolist() as any nesting
             i = 0
             while i < k and best[i] == draft[i]:
                 i += 1
@@ -160,11 +160,11 @@ class TokenSampler:
             scores = f(scores)
         scores = scores * (1.0 / self.temperature)
         drawn = mx.stack([mx.random.categorical(scores[j], key=self._key(position + j)) for j in range(k + 1)])
-        drawn = drawn.tolist()
+        tokens = cast(list[int], drawn.tolist())
         i = 0
-        while i < k and drawn[i] == draft[i]:
+        while i < k and tokens[i] == draft[i]:
             i += 1
-        return i, drawn[i]
+        return i, tokens[i]
 
 
 class TokenHistory:

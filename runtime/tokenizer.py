@@ -10,6 +10,7 @@ import re
 import threading
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import tokenizers
 from mlx_lm import tokenizer_utils
@@ -44,7 +45,7 @@ def _load_wrapper(folder: Path, tok_config: dict, eos_ids: list[int] | None) -> 
     from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(folder)
-    detokenizer = tokenizer_utils.NaiveStreamingDetokenizer
+    detokenizer: Any = tokenizer_utils.NaiveStreamingDetokenizer  # a class, or a partial of one
     backend = getattr(hf, "backend_tokenizer", None)
     if (folder / "tokenizer.json").exists() and backend is not None and backend.decoder is not None:
         decoder = json.loads(backend.decoder.__getstate__())

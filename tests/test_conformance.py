@@ -153,7 +153,7 @@ def test_random_logits_outputs_validate(qwen, schema, seed, strict):
         assert not errors, (schema, r["text"], errors)
 
 
-# -- regressions found by the full harness (see docs/conformance.md) --------------------------------
+# -- regressions found by the full harness (see docs/reports/conformance.md) --------------------------------
 
 
 def test_boolean_schema_true_compiles(qwen):

@@ -256,7 +256,7 @@ def test_qwen_parse_pydantic_and_function_round_trip(qwen):
     [call] = first.output
     assert call.type == "function_call" and json.loads(call.arguments)["city"] == "Paris"
     result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature_c": 18}'}
-    # tool_choice "none": the 0.5B model tends to call again under "auto" (docs/responses.md).
+    # tool_choice "none": the 0.5B model tends to call again under "auto" (docs/reference/responses.md).
     second = c.responses.create(
         model="qwen", input=ask + first.output + [result], tools=[WEATHER], tool_choice="none", max_output_tokens=40
     )

@@ -87,7 +87,7 @@ def test_state_after_rollbacks_equals_a_fresh_run(qwen_model):
     prompt and the output (next-token logits equal a fresh prefill's) and the matcher equals a fresh
     matcher fed the output. The generation ends by itself: at a max_tokens cut inside a multi-token
     step (jump-forward, accepted draft) the loop drops the tokens past the budget after the matcher
-    took them (docs/guided.md, known limitations), so the matcher would be ahead of the output."""
+    took them (docs/reference/guided.md, known limitations), so the matcher would be ahead of the output."""
     session = ConstrainedSession(qwen_model, schema=SCHEMA)
     cache = PromptCache(qwen_model.network)
     strategy = session.strategy()

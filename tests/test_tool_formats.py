@@ -343,7 +343,7 @@ PARALLEL_FORMS = {
     "fenced blocks": (f"```json\n{CALL_A}\n```\n\n```json\n{CALL_B}\n```", f"```json\n{CALL_A}\n```"),
     "array": (f"[{CALL_A}, {CALL_B}]", f"[{CALL_A}]"),
     # One fence, a call per line: what the 0.5B model's top choice is after its first fenced call
-    # (docs/bfcl.md, the parallel decision point).
+    # (docs/reports/bfcl.md, the parallel decision point).
     "fenced lines": (f"```json\n{CALL_A}\n{CALL_B}\n```", f"```json\n{CALL_A}\n```"),
     "fenced array": (f"```json\n[\n  {CALL_A},\n  {CALL_B}\n]\n```", f"```json\n[\n  {CALL_A}\n]\n```"),
     "bare lines": (f"{CALL_A}\n{CALL_B}", CALL_A),

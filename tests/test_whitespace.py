@@ -64,7 +64,7 @@ def test_pretty_printed_json_stays_valid(tok_info, indent):
     [
         '{"name":"Ann",\n\n"age":3}',  # a blank line
         '{"name":"Ann",\n' + " " * 21 + '"age":3}',  # indentation past the bound
-        '{"name":"Ann"\n  \n' + " " * 64 + ',"age":3}',  # the run "any" let through (docs/quality.md)
+        '{"name":"Ann"\n  \n' + " " * 64 + ',"age":3}',  # the run "any" let through (docs/reports/quality.md)
         '{"name":"Ann", \n"age":3}',  # a space, then a line break
         '{"name":  "Ann","age":3}',  # two spaces
     ],

@@ -44,8 +44,8 @@ def run(args) -> int:
     compiled = compile_grammar(spec, info)
     report = enforcement(compiled)
     if args.json:
-        rows = [{"keyword": e.keyword, "pointer": e.pointer, "how": e.how} for e in report]
-        print(json.dumps({"compile_ms": round(compiled.compile_seconds * 1e3, 2), "keywords": rows}, indent=2))
+        keywords = [{"keyword": e.keyword, "pointer": e.pointer, "how": e.how} for e in report]
+        print(json.dumps({"compile_ms": round(compiled.compile_seconds * 1e3, 2), "keywords": keywords}, indent=2))
         return 0
     print(f"compiled in {compiled.compile_seconds * 1e3:.1f} ms for the tokenizer of {folder.name}")
     rows = summary(report)

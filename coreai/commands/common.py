@@ -29,7 +29,7 @@ def add_model_args(p) -> None:
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
 
 
-def add_speculative_arg(p, default: str = "off") -> None:
+def add_speculative_arg(p, default: str | None = "off") -> None:
     p.add_argument(
         "--speculative",
         choices=("off", "prompt_lookup", "draft"),
@@ -60,7 +60,7 @@ def add_whitespace_arg(p, what: str = "") -> None:
         choices=WHITESPACES,
         help=what + "the JSON layout: pretty (nothing, one space, or one line break and up to 20 spaces of "
         'indentation between tokens), compact ({"a":1}) or any (up to 2 line breaks and 64 spaces) '
-        f"(default: {DEFAULT_WHITESPACE}, docs/quality.md)",
+        f"(default: {DEFAULT_WHITESPACE}, docs/reports/quality.md)",
     )
     p.add_argument(
         "--any-whitespace", dest="whitespace", action="store_const", const="any", help="the same as --whitespace any"
@@ -84,7 +84,7 @@ def add_grammar_args(p) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="put the schema, said in words (keys, types, formats such as YYYY-MM-DD, enums), at the start of "
-        "the system message (--schema/--json-object; default: the measured best, docs/quality.md)",
+        "the system message (--schema/--json-object; default: the measured best, docs/reports/quality.md)",
     )
     p.add_argument(
         "--max-reasoning-tokens",

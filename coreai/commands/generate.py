@@ -66,6 +66,7 @@ def run(args) -> int:
             sys.stdout.flush()
             result = delta.result or result
         sys.stdout.write("\n")
+        assert result is not None  # the last delta carries the result
     else:
         result = runner.generate(prompt, **kwargs)
     # What the result means is decided once (`guided.outcome`); the CLI renders it, as the server does.

@@ -48,7 +48,7 @@ def register(sub) -> None:
         default=defaults.max_batch,
         help="requests decoding together (continuous batching: one forward pass for all; constrained "
         "and free requests mix); 1 runs them one at a time (default: %(default)s, measured: "
-        "see docs/performance.md, continuous batching)",
+        "see docs/reports/performance.md, continuous batching)",
     )
     p.add_argument(
         "--prompt-cache-bytes",
@@ -91,7 +91,7 @@ def register(sub) -> None:
         default=None,
         help="for response_format json_schema/json_object and structured_outputs json: put the schema, said "
         "in words, at the start of the system message; a request's schema_in_prompt overrides it "
-        "(default: the measured best, docs/quality.md)",
+        "(default: the measured best, docs/reports/quality.md)",
     )
     common.add_whitespace_arg(p, "for response_format json_schema/json_object and structured_outputs json: ")
     p.set_defaults(func=run)

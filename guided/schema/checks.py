@@ -22,7 +22,7 @@ MAX_SCHEMA_DEPTH = 120
 def check_depth(schema) -> None:
     """Raise SchemaError (with the pointer of the first location too deep) when the schema document
     nests objects/arrays more than `MAX_SCHEMA_DEPTH` levels. Iterative: any depth is safe."""
-    stack = [(schema, ())]
+    stack: list[tuple[object, tuple]] = [(schema, ())]
     while stack:
         node, path = stack.pop()
         if not isinstance(node, (dict, list)):
@@ -151,7 +151,7 @@ def check_finite(schema) -> None:
         return blames[0] if blames and len(blames) == len(types) and all(b is not None for b in blames) else None
 
     def required_properties(node: dict, path: tuple, active: frozenset) -> tuple | None:
-        properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        properties = node["properties"] if isinstance(node.get("properties"), dict) else {}
         for name in _list(node, "required"):
             blame = finite(properties[name], path + ("properties", name), active) if name in properties else None
             if blame is not None:

@@ -14,7 +14,7 @@ import functools
 import json
 import math
 from decimal import Context, Decimal
-from typing import Any
+from typing import Any, cast
 
 from guided.schema.walk import subschemas
 
@@ -57,7 +57,7 @@ def is_multiple(value: Decimal, divisor: Decimal) -> bool:
         return True
     va, vb = value.as_tuple(), divisor.as_tuple()
     ca, cb = int("".join(map(str, va.digits))), int("".join(map(str, vb.digits)))
-    shift = va.exponent - vb.exponent  # value / divisor = (ca / cb) * 10**shift
+    shift = cast(int, va.exponent) - cast(int, vb.exponent)  # value / divisor = (ca / cb) * 10**shift
     if shift < 0:  # need cb * 10**-shift | ca, impossible once 10**-shift exceeds ca
         return -shift < len(str(ca)) and ca % (cb * 10**-shift) == 0
     # cb | ca * 10**shift: the factors 2 and 5 of cb are covered by at most log2(cb) powers of 10
@@ -192,8 +192,10 @@ def _steps(node: dict, step: Decimal) -> tuple[int | None, int | None]:
 def _empty_range(node: dict) -> bool:
     """No number (integer, multiple of `multipleOf`) lies within `node`'s bounds, judged exactly."""
     divisor = decimal_of(node["multipleOf"]) if _is_number(node.get("multipleOf")) else None
+    step: Decimal | None
     if divisor is not None and divisor > 0 and node.get("type") == "integer":
-        coefficient, scale = int(divisor.scaleb(-divisor.as_tuple().exponent)), -divisor.as_tuple().exponent
+        scale = -cast(int, divisor.as_tuple().exponent)
+        coefficient = int(divisor.scaleb(scale))
         step = Decimal(coefficient // math.gcd(coefficient, 10 ** max(scale, 0))) if scale > 0 else divisor
     else:
         step = divisor if divisor is not None and divisor > 0 else Decimal(1) if node.get("type") == "integer" else None

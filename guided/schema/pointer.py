@@ -48,7 +48,7 @@ def resolve_pointer(root, text: str) -> tuple[tuple, Any] | None:
     """(path, value) the JSON pointer `text` names in `root`; None if it names nothing.
 
     Raises ValueError for text that is not a JSON pointer (see `parse_pointer`)."""
-    node, path = root, ()
+    node, path = root, tuple[Any, ...]()
     for token in parse_pointer(text):
         step = _step(node, token)
         if step is None:
@@ -68,7 +68,7 @@ def path_of(root, text: str) -> tuple:
     Tokens past the end of the document are kept as strings.
 
     Raises ValueError for text that is not a JSON pointer (see `parse_pointer`)."""
-    path, node = (), root
+    path, node = tuple[Any, ...](), root
     for token in parse_pointer(text):
         step = _step(node, token)
         path, node = (path + (step[0],), step[1]) if step else (path + (token,), None)

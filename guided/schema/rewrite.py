@@ -20,7 +20,7 @@ def _intersected(root) -> set[int]:
     """ids of the subschemas that take part in an intersection: `allOf` members, `anyOf`/`oneOf`
     members beside `properties` (the engine intersects each with its parent), and everything applied
     at the same instance location below them (anyOf/oneOf/allOf members, then/else, local `$ref` targets)."""
-    stack = []
+    stack: list = []
     for _, sub in subschemas(root):
         if isinstance(sub, dict):
             for key in ("allOf", "anyOf", "oneOf") if "properties" in sub else ("allOf",):
@@ -41,7 +41,7 @@ def under_exclusion(root) -> set[int]:
     """ids of the subschemas inside `oneOf` members, `not` and `if` (also through local `$ref`s).
     There a narrower subschema can make an instance valid that the schema as given rejects: closing
     one oneOf branch can make overlapping branches look exclusive; closing inside `not` widens it."""
-    stack = []
+    stack: list = []
     for _, sub in subschemas(root):
         if isinstance(sub, dict):
             stack += sub["oneOf"] if isinstance(sub.get("oneOf"), list) else []

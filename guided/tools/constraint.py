@@ -8,7 +8,7 @@ function with type hints (pydantic's `TypeAdapter` of the signature; the descrip
 docstring). `Tool.template` is the OpenAI chat shape chat templates render.
 
 The formats (hermes, llama3, mistral, mistral_names, phi4, pythonic, qwen3_coder, generic) are
-detected from the chat template or chosen with `tool_format=`; docs/tools.md has the table. The
+detected from the chat template or chosen with `tool_format=`; docs/reference/tools.md has the table. The
 "generic" format is for templates with no tool markup: the tools are described in a system message
 and the whole reply is one JSON envelope, `{"tool_calls": [call, ...]}` or `{"response": "text"}`
 (llama.cpp's generic handler does the same).
@@ -229,7 +229,7 @@ def tool_grammar(
     if mode == "required":
         # Calls only, in the format's markup or in the JSON forms small models write out of habit
         # (under auto the 0.5B model lists parallel calls in a fence; forced into its markup it
-        # writes one call and ends: docs/bfcl.md).
+        # writes one call and ends: docs/reports/bfcl.md).
         options = ["calls TAIL?"]
         if f.json_text:
             forms, form_rules, _ = json_text_forms(pieces, f.bare)

@@ -1,7 +1,7 @@
 """The tool-call formats of model families, one `ToolFormat` each: its markers, how a chat template
 reveals it, the Lark rules (llguidance dialect) of its calls, and how its captured calls become
 (name, arguments). `guided.tools.constraint` assembles a reply's grammar around these pieces; `guided.tools.calls`
-reads the captures and streams the calls. docs/tools.md has the table.
+reads the captures and streams the calls. docs/reference/tools.md has the table.
 
 Every call is exactly one llguidance capture, so the grammar, not a text search, gives its
 boundaries. The capture's name (after llguidance's `__LIST_APPEND:` prefix, which keeps two identical
@@ -99,7 +99,7 @@ def json_text_forms(p: Pieces, bare: bool) -> tuple[list[str], str, list[tuple[s
     with the offset of the first call)."""
     rules = (
         # A call per line inside one fence: the 0.5B model's first choice after its first call
-        # (docs/bfcl.md). `NL` before another call, `\n```` to close: one lexer lookahead tells them apart.
+        # (docs/reports/bfcl.md). `NL` before another call, `\n```` to close: one lexer lookahead tells them apart.
         f'fenced: "```json\\n" call_json{p.more("NL call_json")} "\\n```"\nfenced_calls: fenced{p.more("NL fenced")}\n'
         f"array: AOPEN call_json{p.more('ASEP call_json')} ACLOSE\n"
         f'fenced_array: FOPEN call_json{p.more("ASEP call_json")} ACLOSE "\\n```"\n'
