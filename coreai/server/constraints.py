@@ -51,8 +51,9 @@ class Constraints:
     def _session(self, param: str, req: SamplingFields, **options) -> ConstrainedSession:
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
-        if self.whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer (or
-            options["whitespace"] = self.whitespace  # a tool's parameters, compiled alone to check them)
+        whitespace = getattr(req, "whitespace", None) or self.whitespace  # the request's (chat only), else the server's
+        if whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer (or
+            options["whitespace"] = whitespace  # a tool's parameters, compiled alone to check them)
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:

@@ -112,6 +112,7 @@ class Preparer:
             raise bad_request(f"cannot render the chat template: {exc}", "messages") from None
         ids = rendered.ids
         params = self.generation_params(req, ids, constraint, req.logprobs, req.top_logprobs or 0, rendered.reasoning)
+        params.provenance = req.token_provenance
         return params, constraint
 
     def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:

@@ -12,6 +12,7 @@ from coreai.server import reply_schemas as o
 from coreai.server import schemas as s
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
+from coreai.server.provenance import Provenance
 from coreai.server.queue import Job
 from coreai.server.streaming import merge
 from coreai.server.tools import chunk_tool_call, message_tool_calls
@@ -120,6 +121,7 @@ class ChatReply(_Reply):
     def __init__(self, req: s.ChatCompletionRequest, constraint, model, name, reasoning=None):
         super().__init__(req, constraint, model, name, reasoning, "chatcmpl-")
         self.tools = constraint is not None and constraint.tool_mode is not None
+        self.provenance = Provenance(model.tokenizer) if req.token_provenance else None  # opt-in stream extension
 
     def logprobs(self, entries: list[TokenLogprob]) -> o.ChoiceLogprobs:
         content = []
@@ -170,6 +172,8 @@ class ChatReply(_Reply):
             "logprobs": logprobs.model_dump() if logprobs else None,
             "finish_reason": finish,
         }
+        if self.provenance is not None:  # the tokens of the pieces read so far, and the stats at the end
+            choice.update(self.provenance.take(index, finish is not None))
         chunk = self.frame([choice])
         if self.include_usage:
             chunk["usage"] = None  # OpenAI: null on every chunk but the last
@@ -186,6 +190,8 @@ class ChatReply(_Reply):
         try:
             yield self.chunk(index, o.ChunkDelta(role="assistant", content=""))
             while (item := await job.get()) is not Job.END:
+                if self.provenance is not None:
+                    self.provenance.add(index, item)
                 if isinstance(item, GenerationResult):
                     result = results[index] = item
                     continue
