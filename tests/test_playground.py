@@ -69,8 +69,26 @@ def test_token_provenance_spells_the_content(base):
     stats = choices[-1]["generation_stats"]
     assert choices[-1]["finish_reason"] == "stop" and stats["completion_tokens"] == len(tokens)
     assert stats["forced_tokens"] == sum(t["origin"] == "forced" for t in tokens)
+    assert stats["accepted_tokens"] == sum(t["origin"] == "drafted" for t in tokens)
     assert stats["tokens_per_pass"] == round(len(tokens) / stats["forward_passes"], 2)
     assert all("generation_stats" not in c for c in choices[:-1])
+
+
+def test_a_token_inside_a_character_adds_nothing(base):
+    # Byte-level tokens split CJK characters: each character's text goes to the token completing it.
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "token_provenance": True,
+        "structured_outputs": {"regex": "(日本語|中文)!"},
+    }
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as response:
+        choices = [c["choices"][0] for c in sse(response)]
+    tokens = [t for c in choices for t in c["token_provenance"]]
+    content = "".join(c["delta"].get("content") or "" for c in choices)
+    assert content in ("日本語!", "中文!") and "".join(t["token"] for t in tokens) == content
+    assert "" in [t["token"] for t in tokens] and "\ufffd" not in "".join(t["token"] for t in tokens)
 
 
 def test_token_provenance_is_opt_in_and_stream_only(base):
