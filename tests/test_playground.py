@@ -4,7 +4,7 @@ extension it reads.
 The browser tests (marker `browser`) use Debian's `chromium` (.ci/run installs it) through Playwright's
 Python package with `executable_path`: Playwright's own browser download is not reachable from our
 machines. Without a Chromium they skip locally and fail on CI (CI=true), so CI never skips them. One
-tiny-model server and one browser serve the whole module.
+slowed tiny-model server and one browser serve the whole module.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ TIMEOUT = 60_000  # ms: a generation on the tiny model takes well under a second
 
 
 @pytest.fixture(scope="module")
-def base(tiny_model):
-    with serve_in_thread(tiny_model, ServerConfig(model_name="tiny", max_tokens=256, temperature=0.0)) as url:
+def base(slow_tiny_model):
+    # 5 ms a forward pass: a reply's chunks come apart, so a browser sees the text grow (the tiny
+    # network alone may send a whole reply in one network read).
+    with serve_in_thread(slow_tiny_model, ServerConfig(model_name="tiny", max_tokens=256, temperature=0.0)) as url:
         yield url
 
 
@@ -184,7 +186,7 @@ def test_bad_schema_shows_its_error(page):
 
 @pytest.mark.browser
 def test_streaming_text_appears_progressively(page):
-    page.fill("#max-tokens", "120")
+    page.fill("#max-tokens", "200")
     page.fill("#prompt", "Tell me a story.")
     # Record the reply's length at every change while it streams: it must grow in several steps.
     page.evaluate("""() => {

@@ -71,7 +71,7 @@ async function send(event) {
     throw e;
   }
   view.showError(null);
-  const run = new Run(body.response_format || body.structured_outputs || body.tools ? mode() : "none");
+  const run = new Run(mode());
   const asked = view.addMessage("user", text);
   const item = view.addMessage("assistant", "");
   view.showEnforcement("…");
@@ -95,7 +95,9 @@ async function send(event) {
     }, controller.signal);
     messages.push({ role: "user", content: text }, reply(run));
   } catch (e) {
-    if (e.name !== "AbortError") {
+    if (e.name === "AbortError") {
+      run.stopped = true;
+    } else {
       // Nothing was answered: the message goes back to the prompt, to be sent again once fixed.
       run.failed = true;
       view.showError(e);

@@ -12,6 +12,7 @@ export class Run {
     this.refusal = null;
     this.stats = null; // generation_stats of the last chunk
     this.failed = false; // the server refused the request, or the stream broke
+    this.stopped = false; // the person stopped it (Stop, Esc)
   }
 
   /** Fold one chat.completion.chunk into the run. */
@@ -38,6 +39,7 @@ export class Run {
   /** {state: "valid" | "invalid" | "cut" | "free" | "running", text, value}: what the output is worth. */
   verdict() {
     if (this.failed) return { state: "invalid", text: "no output: see the error above" };
+    if (this.stopped && !this.finish) return { state: "cut", text: "stopped: the output is incomplete", value: this.value() };
     if (!this.finish) return { state: "running", text: "generating…" };
     const value = this.value();
     if (this.finish === "error") return { state: "invalid", text: `invalid: ${this.refusal || "the generation failed"}`, value };
