@@ -85,4 +85,5 @@ export function showError(error) {
     e.message,
     el("dl", {}, ...rows.filter(([, v]) => v).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, el("code", {}, String(v)))])),
   );
+  box.scrollIntoView({ block: "nearest" }); // on a phone the output column is below the chat
 }
