@@ -68,6 +68,9 @@ class Delta:
     finish_reason: str | None = None
     result: GenerationResult | None = field(default=None, repr=False)
     parts: list[tuple[str | None, str]] = field(default_factory=list)  # `text` by channel, in order
+    # How each of `token_ids` came: "sampled", "forced" by the grammar (jump-forward) or "drafted"
+    # (a speculative draft token the model accepted). Read by the server's `token_provenance` field.
+    origins: list[str] = field(default_factory=list)
 
 
 class Sequence:
@@ -104,6 +107,8 @@ class Sequence:
         self.first: float | None = None  # when the first step was applied (TTFT)
         self.out: list[int] = []
         self.labels: list[str | None] = []  # the channel of each output token (`Step.channels`)
+        self.origins: list[str] = []  # how each output token came (`Delta.origins`)
+        self.reported = 0  # output tokens reported so far: they are always a prefix of `out`
         self.text_parts: list[tuple[str | None, str]] = []
         self.stats = dict(forward_passes=1, forced_tokens=0, drafted_tokens=0, accepted_tokens=0)
         self.detok = tokenizer.detokenizer()
@@ -140,7 +145,7 @@ class Sequence:
             if step.rollback > len(self.held):
                 raise RuntimeError(f"the strategy rolled back {step.rollback} tokens; {len(self.held)} were held back")
             del self.out[len(self.out) - step.rollback :], self.held[len(self.held) - step.rollback :]
-            del self.labels[len(self.labels) - step.rollback :]
+            del self.labels[len(self.labels) - step.rollback :], self.origins[len(self.origins) - step.rollback :]
             trim += step.rollback
         self.stats["forced_tokens"] += step.forced
         appended: list[int] = []
@@ -153,6 +158,10 @@ class Sequence:
                 break
         self.out.extend(appended)
         self.labels += [None] * len(appended)
+        # `tokens` is the accepted draft, then the sampled token(s), then the forced ones.
+        sampled_end = len(step.tokens) - step.forced
+        for j in range(len(appended)):
+            self.origins.append("drafted" if j < step.verified else "forced" if j >= sampled_end else "sampled")
         self.appended = appended
         rows = [] if step.logprobs is None else list(step.logprobs)  # the sampled tokens' rows; forced ones have none
         self.held += [(t, rows[j] if j < len(rows) else None) for j, t in enumerate(appended)]
@@ -208,7 +217,7 @@ class Sequence:
             if hit:
                 self.finish, self.stop_string = "stop", hit
                 cut = len(self.out) - (len(emitted) - i - 1) - len(self.held)
-                del self.out[cut:], self.labels[cut:]
+                del self.out[cut:], self.labels[cut:], self.origins[cut:]
                 self.held = []
                 break
         else:
@@ -226,9 +235,10 @@ class Sequence:
             _add_part(self.text_parts, *part)
         text = "".join(t for _, t in parts)
         ids, logprobs = [t for t, _ in streamed], [row for _, row in streamed]
+        origins, self.reported = self.origins[self.reported : self.reported + len(ids)], self.reported + len(ids)
         if self.finish is not None:
-            return Delta(text, ids, logprobs, self.finish, self.result(), parts)
-        return Delta(text, ids, logprobs, parts=parts) if text or ids else None
+            return Delta(text, ids, logprobs, self.finish, self.result(), parts, origins)
+        return Delta(text, ids, logprobs, parts=parts, origins=origins) if text or ids else None
 
     def _add_text(self, parts: list, label: str | None, segment: str) -> tuple[int, str | None]:
         """Add `segment`, the text of a token labelled `label` (`Step.channels`), to `parts` through

@@ -48,8 +48,8 @@ class Constraints:
         session names the tool at fault, `tool_parameters` formatted with that tool's index)."""
         if self.tokenizer is None:
             raise bad_request("guided generation is not available for this model's tokenizer", param)
-        if self.whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer (or
-            options["whitespace"] = self.whitespace  # a tool's parameters, compiled alone to check them)
+        if self.whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer: the
+            options.setdefault("whitespace", self.whitespace)  # request's layout if it gave one, else the server's
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:

@@ -49,6 +49,7 @@ class Piece:
     logprobs: list[TokenLogprob] | None = None
     parts: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
     call_ids: tuple[str, ...] = ()
+    provenance: list[tuple[int, str]] | None = None  # (token id, `runtime.Delta.origins` entry), if asked
 
 
 @dataclass
@@ -72,6 +73,7 @@ class GenerationParams:
     top_logprobs: int = 0
     speculative: str | None = None
     reasoning: ReasoningPlan | None = None
+    provenance: bool = False  # the request's `token_provenance`: pieces carry each token's origin
 
     def choices(self, n: int) -> list["GenerationParams"]:
         """The generations of a request's `n` choices: choice i is seeded `seed + i` (mod 2**64), so
@@ -147,8 +149,10 @@ class Engine:
         job, p = row.tag, row.tag.params
         logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
         generation = self._generations.get(job)
-        if delta.text or logprobs:  # with tools, the ids of the calls streamed so far
-            job.put(Piece(delta.text, logprobs, delta.parts, generation.call_ids if generation is not None else ()))
+        provenance = list(zip(delta.token_ids, delta.origins)) if p.provenance else None
+        if delta.text or logprobs or provenance:  # with tools, the ids of the calls streamed so far
+            call_ids = generation.call_ids if generation is not None else ()
+            job.put(Piece(delta.text, logprobs, delta.parts, call_ids, provenance))
         if delta.result is None:
             return
         r = delta.result

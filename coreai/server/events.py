@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
@@ -223,11 +223,16 @@ class ReplyEvents:
         return [CallArguments(index, value, self._take(carry))]
 
 
-async def job_events(job: Job, events: ReplyEvents) -> AsyncIterator[Event]:
+async def job_events(
+    job: Job, events: ReplyEvents, observe: Callable[[Piece | GenerationResult], None] | None = None
+) -> AsyncIterator[Event]:
     """The events of `job`'s generation as it runs (the caller cancels the job when it stops
-    reading)."""
+    reading). observe: sees every piece and the result as they come, before their events (a
+    renderer's extension, e.g. `coreai.server.provenance`)."""
     result = None
     while (item := await job.get()) is not Job.END:
+        if observe is not None:
+            observe(item)
         if isinstance(item, GenerationResult):
             result = item
         else:

@@ -129,6 +129,7 @@ class Preparer:
             req.top_logprobs,
             rendered.reasoning,
         )
+        params.provenance = req.token_provenance
         return params, constraint
 
     def chat(self, req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
@@ -188,7 +189,7 @@ def chat_request(req: s.ChatCompletionRequest) -> GenerationRequest:
         sampling=sampling_of(req),
         max_tokens=getattr(req, field),
         stop=req.stop_list(),
-        answer=structured_options(req, req.response_format),
+        answer=with_layout(structured_options(req, req.response_format), req.whitespace),
         tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
         tool_choice=choice,
         parallel_tool_calls=req.parallel_tool_calls,
@@ -197,7 +198,16 @@ def chat_request(req: s.ChatCompletionRequest) -> GenerationRequest:
         reasoning_effort=req.reasoning_effort,
         chat_template_kwargs=req.chat_template_kwargs,
         schema_in_prompt=req.schema_in_prompt,
+        token_provenance=req.token_provenance,
     )
+
+
+def with_layout(answer: tuple[str, dict] | None, whitespace: str | None) -> tuple[str, dict] | None:
+    """The answer's options with the request's JSON layout (`whitespace`), which wins over the
+    server's; unchanged without one, or for answers that are not JSON."""
+    if answer is None or whitespace is None or not {"schema", "json_object"} & answer[1].keys():
+        return answer
+    return answer[0], {**answer[1], "whitespace": whitespace}
 
 
 def template_message(m, index: int) -> dict:

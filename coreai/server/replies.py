@@ -23,6 +23,7 @@ from coreai.server.events import (
     job_events,
     outcome_of,
 )
+from coreai.server.provenance import Provenance
 from coreai.server.queue import Job
 from coreai.server.streaming import merge
 from coreai.server.tools import chunk_tool_call, message_tool_calls
@@ -117,6 +118,7 @@ class ChatReply(_Reply):
 
     def __init__(self, req: s.ChatCompletionRequest, constraint, model, name, reasoning=None):
         super().__init__(req, constraint, model, name, reasoning, "chatcmpl-")
+        self.provenance = Provenance(model.tokenizer) if req.token_provenance else None  # opt-in stream extension
 
     def events(self) -> ReplyEvents:
         """A choice's event source."""
@@ -157,6 +159,8 @@ class ChatReply(_Reply):
             "logprobs": logprobs.model_dump() if logprobs else None,
             "finish_reason": finish,
         }
+        if self.provenance is not None:  # the tokens of the pieces read so far, and the stats at the end
+            choice.update(self.provenance.take(index, finish is not None))
         chunk = self.frame([choice])
         if self.include_usage:
             chunk["usage"] = None  # OpenAI: null on every chunk but the last
@@ -167,7 +171,8 @@ class ChatReply(_Reply):
         once the name is complete, then `arguments` fragments as they are decoded), the finish_reason."""
         try:
             yield self.chunk(index, o.ChunkDelta(role="assistant", content=""))
-            async for event in job_events(job, self.events()):
+            observe = None if self.provenance is None else lambda item: self.provenance.add(index, item)
+            async for event in job_events(job, self.events(), observe):
                 if isinstance(event, Finish):
                     outcome = event.outcome
                     results[index] = outcome.result

@@ -274,9 +274,15 @@ class ChatCompletionRequest(SamplingFields):
     # Extension: the JSON output's schema said in words at the start of the system message (see
     # `ConstrainedSession.prompt`); null: the server's --schema-in-prompt setting.
     schema_in_prompt: bool | None = None
+    # Extensions (the playground sets them): the JSON layout of this request's JSON answer (null: the
+    # server's --whitespace), and per-chunk token origins and generation stats (`coreai.server.provenance`).
+    whitespace: Literal["pretty", "compact", "any"] | None = None
+    token_provenance: bool = False
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.token_provenance and not self.stream:
+            raise field_error("token_provenance", "token_provenance is only allowed with stream: true", True)
         if self.top_logprobs and not self.logprobs:
             raise field_error("top_logprobs", "top_logprobs requires logprobs: true", self.top_logprobs)
         if self.tool_choice is not None and not self.tools:

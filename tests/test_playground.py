@@ -1,0 +1,227 @@
+"""The playground page (`/`) driven in a real headless Chromium, and the `token_provenance` stream
+extension it reads.
+
+The browser tests (marker `browser`) use Debian's `chromium` (.ci/run installs it) through Playwright's
+Python package with `executable_path`: Playwright's own browser download is not reachable from our
+machines. Without a Chromium they skip locally and fail on CI (CI=true), so CI never skips them. One
+slowed tiny-model server and one browser serve the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+from coreai.server import ServerConfig
+from coreai.server.background import serve_in_thread
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean"},
+        "mood": {"enum": ["calm", "busy"]},
+        "code": {"type": "integer", "maximum": 99},
+    },
+    "required": ["ok", "mood", "code"],
+}
+TIMEOUT = 60_000  # ms: a generation on the tiny model takes well under a second
+
+
+@pytest.fixture(scope="module")
+def base(slow_tiny_model):
+    # 5 ms a forward pass: a reply's chunks come apart, so a browser sees the text grow (the tiny
+    # network alone may send a whole reply in one network read).
+    with serve_in_thread(slow_tiny_model, ServerConfig(model_name="tiny", max_tokens=256, temperature=0.0)) as url:
+        yield url
+
+
+def sse(response: httpx.Response) -> list[dict]:
+    return [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+
+
+# ---- the extension, over HTTP -----------------------------------------------------------------------
+
+
+def test_token_provenance_spells_the_content(base):
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "token_provenance": True,
+        "whitespace": "compact",
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}},
+    }
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as response:
+        chunks = sse(response)
+    choices = [c["choices"][0] for c in chunks]
+    tokens = [t for c in choices for t in c["token_provenance"]]
+    content = "".join(c["delta"].get("content") or "" for c in choices)
+    assert json.loads(content).keys() == {"ok", "mood", "code"} and "\n" not in content  # compact
+    assert "".join(t["token"] for t in tokens) == content
+    origins = {t["origin"] for t in tokens}
+    assert origins <= {"sampled", "forced", "drafted"} and "forced" in origins
+    stats = choices[-1]["generation_stats"]
+    assert choices[-1]["finish_reason"] == "stop" and stats["completion_tokens"] == len(tokens)
+    assert stats["forced_tokens"] == sum(t["origin"] == "forced" for t in tokens)
+    assert stats["accepted_tokens"] == sum(t["origin"] == "drafted" for t in tokens)
+    assert stats["tokens_per_pass"] == round(len(tokens) / stats["forward_passes"], 2)
+    assert all("generation_stats" not in c for c in choices[:-1])
+
+
+def test_a_token_inside_a_character_adds_nothing(base):
+    # Byte-level tokens split CJK characters: each character's text goes to the token completing it.
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "token_provenance": True,
+        "structured_outputs": {"regex": "(日本語|中文)!"},
+    }
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as response:
+        choices = [c["choices"][0] for c in sse(response)]
+    tokens = [t for c in choices for t in c["token_provenance"]]
+    content = "".join(c["delta"].get("content") or "" for c in choices)
+    assert content in ("日本語!", "中文!") and "".join(t["token"] for t in tokens) == content
+    assert "" in [t["token"] for t in tokens] and "\ufffd" not in "".join(t["token"] for t in tokens)
+
+
+def test_token_provenance_is_opt_in_and_stream_only(base):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    with httpx.stream("POST", base + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as response:
+        assert all("token_provenance" not in c["choices"][0] for c in sse(response))
+    refused = httpx.post(base + "/v1/chat/completions", json={**body, "token_provenance": True}, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "token_provenance"
+
+
+def test_the_page_and_its_files_are_served(base):
+    page = httpx.get(base + "/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for name in ("main.js", "api.js", "request.js", "run.js", "view.js", "examples.js", "playground.css"):
+        assert httpx.get(f"{base}/playground/{name}").status_code == 200, name
+    assert "/" not in httpx.get(base + "/openapi.json").json()["paths"]
+
+
+# ---- the page, in Chromium --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no Chromium at {CHROMIUM}: .ci/run installs Debian's chromium package")
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, base):
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(base + "/")
+    page.wait_for_selector("body[data-ready=yes]", timeout=TIMEOUT)
+    yield page
+    page.close()
+    assert not errors, errors  # no uncaught script error
+
+
+def ask(page, text: str) -> None:
+    page.fill("#prompt", text)
+    page.keyboard.press("Control+Enter")  # the keyboard path the page advertises
+    page.wait_for_selector("body[data-running=no]", timeout=TIMEOUT)
+
+
+@pytest.mark.browser
+def test_page_loads(page):
+    assert page.title() == "coreai playground"
+    assert page.input_value("#model") == "tiny"
+    assert page.locator("#enforcement li").inner_text() == "none: free text"
+
+
+@pytest.mark.browser
+def test_schema_run_shows_a_valid_value_with_token_marks(page):
+    page.check("input[name=mode][value=schema]")
+    page.select_option("#schema-example", "A nested form")
+    page.select_option("#whitespace", "compact")
+    page.select_option("#schema-hints", "off")
+    ask(page, "Fill in a shipping form for two books sent to Paris.")
+    assert page.inner_text("#verdict").startswith("valid")
+    value = json.loads(page.inner_text("#value"))
+    assert {"customer", "items", "address"} <= value.keys()
+    marks = page.locator("#tokens .tok")
+    assert marks.count() > 10 and page.locator("#tokens .tok.forced").count() > 0
+    assert "".join(marks.all_inner_texts()) == page.locator("#transcript .assistant").last.inner_text()
+    assert page.locator("#enforcement li").count() >= 1
+    assert "tok/s" in page.inner_text("#timings") and "passes" in page.inner_text("#timings")
+    page.screenshot(path=str(DOCS / "playground.png"))
+
+
+@pytest.mark.browser
+def test_bad_schema_shows_its_error(page):
+    page.check("input[name=mode][value=schema]")
+    page.fill("#schema", json.dumps({"type": "object", "properties": {"a": {"type": "strin"}}}))
+    ask(page, "anything")
+    error = page.locator("#error")
+    assert error.is_visible() and "400" in error.inner_text() and "invalid_schema" in error.inner_text()
+    terms = dict(zip(error.locator("dt").all_inner_texts(), error.locator("dd").all_inner_texts()))
+    assert terms["keyword"] == "type" and terms["pointer"] == "/properties/a/type"
+    assert "Traceback" not in error.inner_text()
+    # Nothing was answered: the message is back in the prompt, not in the transcript.
+    assert page.input_value("#prompt") == "anything" and page.locator("#transcript li").count() == 0
+    assert page.inner_text("#verdict").startswith("no output")
+
+
+@pytest.mark.browser
+def test_streaming_text_appears_progressively(page):
+    page.fill("#max-tokens", "200")
+    page.fill("#prompt", "Tell me a story.")
+    # Record the reply's length at every change while it streams: it must grow in several steps.
+    page.evaluate("""() => {
+        window.lengths = [];
+        new MutationObserver(() => {
+            const reply = document.querySelector('#transcript .assistant:last-child');
+            if (reply) window.lengths.push(reply.textContent.length);
+        }).observe(document.getElementById('transcript'), {subtree: true, childList: true, characterData: true});
+    }""")
+    page.click("#send")
+    page.wait_for_selector("body[data-running=no]", timeout=TIMEOUT)
+    lengths = [n for n in page.evaluate("window.lengths") if n]
+    assert len(set(lengths)) >= 5 and lengths == sorted(lengths)
+    assert page.inner_text("#verdict").startswith("cut by max tokens")
+
+
+@pytest.mark.browser
+def test_a_tool_call_is_shown_as_a_call(page):
+    page.check("input[name=mode][value=tools]")
+    page.select_option("#tool-choice", "fn:get_weather")
+    ask(page, "What is the weather in Oslo?")
+    call = page.locator("#transcript .assistant .call")
+    assert call.count() == 1 and call.locator("b").inner_text() == "get_weather"
+    value = json.loads(page.inner_text("#value"))
+    assert value[0]["name"] == "get_weather" and {"city", "unit"} <= value[0]["arguments"].keys()
+    assert page.inner_text("#verdict").startswith("valid: 1 tool call(s)")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1440, 390])
+def test_readable_at_laptop_and_phone_widths(browser, base, width, tmp_path):
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(base + "/")
+    page.wait_for_selector("body[data-ready=yes]", timeout=TIMEOUT)
+    # Nothing wider than the window: no sideways scrolling at either width.
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(tmp_path / f"playground-{width}.png"), full_page=True)
+    page.close()
