@@ -177,6 +177,16 @@ def test_input_items_are_rendered(tiny):
             "input",
             "'tool_call_id' of 'call_9' not found",
         ),
+        (  # every function_call is answered by its function_call_output, as OpenAI checks (issue 39)
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+                    {"role": "user", "content": "And?"},
+                ]
+            },
+            "input",
+            "not answered: call_1",
+        ),
         ({"background": True}, "background", "does not support"),
         ({"include": ["file_search_call.results"]}, "include[0]", "message.output_text.logprobs"),
         ({"max_output_tokens": 100000}, "max_output_tokens", "max_output_tokens must be <= 480"),

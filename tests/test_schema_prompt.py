@@ -336,3 +336,31 @@ def test_past_the_budget_the_last_keys_are_left_to_the_grammar():
 def test_a_bad_budget_is_refused(tiny_model):
     with pytest.raises(ParameterError, match="schema_hint_budget"):
         ConstrainedSession(tiny_model, schema=PRODUCT, schema_hint_budget=0)
+
+
+def test_server_hint_budget_setting_and_request_field(tiny_model):
+    """The hint budget per server (`--schema-hint-budget`) and per request (`schema_hint_budget`):
+    a 3,000-value enum adds at most the budget; a request may widen it; 0 is a 400 naming the field."""
+    import openai
+
+    from coreai.server import ServerConfig
+    from coreai.server.background import serve_in_thread
+
+    chat = [{"role": "user", "content": "Which product?"}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": PRODUCT}}
+    plain = len(tiny_model.prompt_ids(chat))
+
+    def added(client, **extra):
+        reply = client.chat.completions.create(
+            model="tiny", messages=chat, response_format=fmt, max_tokens=1, extra_body=extra
+        )
+        return reply.usage.prompt_tokens - plain
+
+    config = ServerConfig(model_name="tiny", temperature=0.0, schema_hint_budget=300)
+    with serve_in_thread(tiny_model, config) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        assert 0 < added(client) <= 300 + 8  # the description, and the system message's own tokens
+        with pytest.raises(openai.BadRequestError, match="the prompt has 3[0-9]{4} tokens"):  # every value said
+            added(client, schema_hint_budget=10**6)
+        with pytest.raises(openai.BadRequestError, match="schema_hint_budget"):
+            added(client, schema_hint_budget=0)

@@ -619,7 +619,8 @@ def test_null_parameters_take_their_defaults(tiny):
                         "tool_calls": [
                             {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}
                         ],
-                    }
+                    },
+                    {"role": "tool", "tool_call_id": "1", "content": "ok"},
                 ]
             ),
             400,
@@ -656,8 +657,28 @@ def test_null_parameters_take_their_defaults(tiny):
                 ]
             ),
             400,
-            "messages[3].role",
-            "preceding message with 'tool_calls'",
+            "messages[1].tool_calls",
+            "must be followed by tool messages responding to each 'tool_call_id'; not answered: call_1",
+        ),
+        # Every call is answered before the next message, as OpenAI checks (issue 39).
+        (
+            chat_body(messages=[*USER, {"role": "assistant", "content": None, "tool_calls": [CALL_1]}]),
+            400,
+            "messages[1].tool_calls",
+            "not answered: call_1",
+        ),
+        (
+            chat_body(
+                messages=[
+                    *USER,
+                    {"role": "assistant", "content": None, "tool_calls": [CALL_1, {**CALL_1, "id": "call_2"}]},
+                    {"role": "tool", "tool_call_id": "call_2", "content": "ok"},
+                    {"role": "user", "content": "And?"},
+                ]
+            ),
+            400,
+            "messages[1].tool_calls",
+            "not answered: call_1",
         ),
         (chat_body(model="gpt-4o"), 404, "model", "gpt-4o"),
         (chat_body(seed=2**64), 400, "seed", "less than"),
@@ -1303,3 +1324,16 @@ def test_validate_and_rollback_through_the_server(tiny_compact, tiny_model):
         model="tiny", messages=USER, max_tokens=5, response_format={"type": "json_object"}
     )
     assert plain.headers["x-coreai-enforcement"] == "grammar"
+
+
+def test_json_object_with_a_schema_enforces_the_schema(tiny):
+    """llama.cpp's `{"type": "json_object", "schema": ...}` (older instructor's JSON_SCHEMA mode) is
+    enforced as json_schema is; without a schema, any JSON object; a bad schema is a 400 naming it."""
+    schema = {"type": "object", "properties": {"a": {"enum": ["x"]}}, "required": ["a"]}
+    body = chat_body(response_format={"type": "json_object", "schema": schema}, max_tokens=30, temperature=0)
+    r = httpx.post(tiny + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert json.loads(r.json()["choices"][0]["message"]["content"]) == {"a": "x"}
+    bad = chat_body(response_format={"type": "json_object", "schema": {"type": "strin"}})
+    error = httpx.post(tiny + "/v1/chat/completions", json=bad, timeout=60).json()["error"]
+    assert error["param"] == "response_format.schema" and error["code"] == "invalid_schema", error

@@ -86,6 +86,7 @@ def add_grammar_args(p) -> None:
         help="put the schema, said in words (keys, types, formats such as YYYY-MM-DD, enums), at the start of "
         "the system message (--schema/--json-object; default: the measured best, docs/reports/quality.md)",
     )
+    add_hint_budget_arg(p)
     p.add_argument(
         "--max-reasoning-tokens",
         type=positive_int,
@@ -130,6 +131,17 @@ def sampling_params(args):
     )
 
 
+def add_hint_budget_arg(p) -> None:
+    p.add_argument(
+        "--schema-hint-budget",
+        type=positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="the schema said in words takes at most this many prompt tokens: large enums are said by their "
+        "size, the last keys left to the grammar (default: guided.schema_prompt.SCHEMA_HINT_BUDGET, 400)",
+    )
+
+
 def check_grammar_args(args) -> None:
     """Raise ValueError for grammar options that do not go together (before the slow model load)."""
     if args.schema_in_prompt and not (args.schema or args.json_object):
@@ -147,6 +159,7 @@ def session_options(args) -> dict:
     )
     if args.schema or args.json_object:
         options["schema_in_prompt"] = args.schema_in_prompt
+        options["schema_hint_budget"] = args.schema_hint_budget
     return options
 
 

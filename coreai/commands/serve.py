@@ -93,6 +93,7 @@ def register(sub) -> None:
         "in words, at the start of the system message; a request's schema_in_prompt overrides it "
         "(default: the measured best, docs/reports/quality.md)",
     )
+    common.add_hint_budget_arg(p)
     common.add_whitespace_arg(p, "for response_format json_schema/json_object and structured_outputs json: ")
     p.set_defaults(func=run)
 
@@ -118,6 +119,7 @@ def run(args) -> int:
         grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,
         shutdown_timeout=args.shutdown_timeout,
         schema_in_prompt=args.schema_in_prompt,
+        schema_hint_budget=args.schema_hint_budget,
         whitespace=args.whitespace,
     )
     # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".

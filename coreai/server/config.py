@@ -33,6 +33,8 @@ class ServerConfig:
     schema_in_prompt: the schema of a JSON `response_format` / `structured_outputs.json` said in words
         at the start of the system message (`ConstrainedSession.prompt`); None: the session's default
         (`guided.schema_prompt.SCHEMA_IN_PROMPT`). A request's `schema_in_prompt` overrides it.
+    schema_hint_budget: the tokens that description may take at most (None: the session's,
+        `guided.schema_prompt.SCHEMA_HINT_BUDGET`); a request's `schema_hint_budget` overrides it.
     whitespace: the JSON layout of `response_format` / `structured_outputs.json` answers, one of
         `guided.spec.WHITESPACES` ("pretty", "compact", "any"); None: the session's default
         (`guided.spec.DEFAULT_WHITESPACE`).
@@ -53,6 +55,7 @@ class ServerConfig:
     grammar_journal: str | None = None
     shutdown_timeout: float = 5.0
     schema_in_prompt: bool | None = None
+    schema_hint_budget: int | None = None
     whitespace: str | None = None
 
     def __post_init__(self):
@@ -70,6 +73,10 @@ class ServerConfig:
         for name, least in bounds:
             if not getattr(self, name) >= least:
                 raise ParameterError(f"{name} must be >= {least}, got {getattr(self, name)!r}", name)
+        if self.schema_hint_budget is not None and not self.schema_hint_budget >= 1:
+            raise ParameterError(
+                f"schema_hint_budget must be >= 1, got {self.schema_hint_budget!r}", "schema_hint_budget"
+            )
         if self.whitespace is not None and self.whitespace not in WHITESPACES:
             raise ParameterError(
                 f"whitespace must be one of {', '.join(WHITESPACES)}, got {self.whitespace!r}", "whitespace"

@@ -107,6 +107,8 @@ def structured_options(req: SamplingFields, response_format=None) -> tuple[str, 
     if req.structured_outputs is not None and response_format is not None and response_format.type != "text":
         raise bad_request("give either response_format or structured_outputs, not both", "structured_outputs")
     if isinstance(response_format, JsonObjectFormat):
+        if response_format.schema_ is not None:  # llama.cpp's json_object with a schema: that schema
+            return "response_format.schema", {"schema": response_format.schema_}
         return "response_format", {"json_object": True}
     if isinstance(response_format, JsonSchemaFormat):
         spec = response_format.json_schema

@@ -114,6 +114,7 @@ class Preparer:
                 tools=None if session is not None and session.tools is not None else tools,
                 chat_template_kwargs=req.chat_template_kwargs,
                 schema_in_prompt=wanted,
+                schema_hint_budget=req.schema_hint_budget or self.config.schema_hint_budget,
                 max_reasoning_tokens=REASONING_BUDGETS[req.reasoning_effort or "medium"],
             )
         except (TemplateError, ValueError) as exc:
@@ -198,6 +199,7 @@ def chat_request(req: s.ChatCompletionRequest) -> GenerationRequest:
         reasoning_effort=req.reasoning_effort,
         chat_template_kwargs=req.chat_template_kwargs,
         schema_in_prompt=req.schema_in_prompt,
+        schema_hint_budget=req.schema_hint_budget,
         token_provenance=req.token_provenance,
     )
 

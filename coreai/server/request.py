@@ -53,6 +53,7 @@ class GenerationRequest:
     logprobs / top_logprobs: per-token log-probabilities, with that many alternatives (0-20).
     reasoning_effort: "low", "medium", "high" or None (the thinking budget, `prepare.REASONING_BUDGETS`).
     schema_in_prompt: the JSON answer's schema said in words in the prompt (None: the server's setting).
+    schema_hint_budget: the tokens that description may take at most (None: the server's setting).
     token_provenance: stream each token's origin (`coreai.server.provenance`, chat's opt-in extension).
     """
 
@@ -70,4 +71,5 @@ class GenerationRequest:
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     schema_in_prompt: bool | None = None
+    schema_hint_budget: int | None = None
     token_provenance: bool = False

@@ -11,7 +11,7 @@ from coreai.server.constraints import structured_options
 from coreai.server.errors import APIError, bad_request
 from coreai.server.prepare import template_call
 from coreai.server.request import GenerationRequest, Names, Sampling
-from coreai.server.schemas import unanswered_tool_result
+from coreai.server.schemas import tool_pairing_error
 
 RESPONSES_NAMES = Names(
     messages="input",
@@ -34,7 +34,7 @@ def generation_request(req: r.ResponseCreateRequest, history: list[dict] = ()) -
     if not messages:
         raise APIError(400, "input: no message to answer (only reasoning items)", param="input", code="invalid_value")
     answered = [(m["role"], [c["id"] for c in m.get("tool_calls") or []], m.get("tool_call_id")) for m in messages]
-    if found := unanswered_tool_result(answered):
+    if found := tool_pairing_error(answered):
         raise bad_request(f"input: {found[2]}", "input")
     params = iter(["previous_response_id"] * sum(len(m.get("tool_calls") or []) for m in history) + call_params)
     fmt = req.text.format if req.text else None

@@ -155,6 +155,9 @@ class TextFormat(Request):
 
 class JsonObjectFormat(Request):
     type: Literal["json_object"]
+    # llama.cpp's extension (also older instructor's JSON_SCHEMA mode): a schema beside json_object is
+    # enforced as `json_schema` is; without it, any JSON object.
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
 
 
 class JsonSchemaSpec(Request):
@@ -274,6 +277,8 @@ class ChatCompletionRequest(SamplingFields):
     # Extension: the JSON output's schema said in words at the start of the system message (see
     # `ConstrainedSession.prompt`); null: the server's --schema-in-prompt setting.
     schema_in_prompt: bool | None = None
+    # Extension: the tokens that description may take at most; null: the server's --schema-hint-budget.
+    schema_hint_budget: int | None = Field(default=None, ge=1)
     # Extensions (the playground sets them): the JSON layout of this request's JSON answer (null: the
     # server's --whitespace), and per-chunk token origins and generation stats (`coreai.server.provenance`).
     whitespace: Literal["pretty", "compact", "any"] | None = None
@@ -297,7 +302,7 @@ class ChatCompletionRequest(SamplingFields):
             else (m.role, [], m.tool_call_id)
             for m in self.messages
         ]
-        if found := unanswered_tool_result(turns):
+        if found := tool_pairing_error(turns):
             i, key, message = found
             raise field_error(("messages", i, key), message, getattr(self.messages[i], key))
         return self
@@ -311,20 +316,42 @@ class ChatCompletionRequest(SamplingFields):
         return super().output_constrained() or forced_call or json_output
 
 
-def unanswered_tool_result(turns: list[tuple[str, list[str], str | None]]) -> tuple[int, str, str] | None:
-    """As OpenAI checks (its messages, with the spelling fixed): a tool message answers a call of the
-    assistant message before it (other tool messages between them), else the template would render a
-    result the model never asked for. turns: each message's (role, its call ids, the call id it
-    answers); returns (the index of the first tool message that answers nothing, its field at fault,
-    the message) or None."""
+def tool_pairing_error(turns: list[tuple[str, list[str], str | None]]) -> tuple[int, str, str] | None:
+    """The tool-call pairing OpenAI checks (its messages, with the spelling fixed), both ways: a tool
+    message answers a call of the assistant message before it (other tool messages between them),
+    else the template would render a result the model never asked for; and every call of an
+    assistant message is answered by a tool message before the next other message (or the end),
+    else the model would be asked to go on from a call that never returned. turns: each message's
+    (role, its call ids, the call id it answers); returns (the index of the first message at fault,
+    its field at fault, the message) or None."""
     calls: set[str] | None = None  # the ids of the last assistant message's calls, while tool messages follow
+    pending: list[str] = []  # those not answered yet
+    owner = 0  # the index of that assistant message
     for i, (role, ids, answers) in enumerate(turns):
-        if role != "tool":
-            calls = set(ids) if role == "assistant" and ids else None
-        elif calls is None:
-            return i, "role", "messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
-        elif answers not in calls:
-            return i, "tool_call_id", f"'tool_call_id' of {answers!r} not found in 'tool_calls' of previous message"
+        if role == "tool":
+            if calls is None:
+                return (
+                    i,
+                    "role",
+                    "messages with role 'tool' must be a response to a preceding message with 'tool_calls'",
+                )
+            if answers not in calls:
+                return i, "tool_call_id", f"'tool_call_id' of {answers!r} not found in 'tool_calls' of previous message"
+            pending = [c for c in pending if c != answers]
+            continue
+        if pending:
+            break
+        calls = set(ids) if role == "assistant" and ids else None
+        pending, owner = list(ids) if calls else [], i
+    if pending:
+        return (
+            owner,
+            "tool_calls",
+            (
+                "an assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'; not answered: {', '.join(pending)}"
+            ),
+        )
     return None
 
 
