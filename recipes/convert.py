@@ -10,12 +10,10 @@ renamed into place at the end (so a failed or interrupted export leaves nothing 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from .errors import ExportError
 from .families import EMBEDDINGS
+from .overlap import Prefetch, sha256_in_background
 from .quantize import bits_per_weight, load_plan, quantize_model
 from .sources import open_source
 
@@ -64,67 +63,6 @@ class ExportReport:
         if self.verify is not None:
             line += f"; verify: {self.verify.summary()}"
         return line
-
-
-def _sha256_in_background(path: Path) -> tuple[threading.Thread, dict]:
-    """Hash the source in a thread (hashlib releases the GIL) while the weights are converted.
-
-    A GGUF file hashes as its bytes (the `sha256sum` of the file); a folder as the bytes of its
-    config.json and *.safetensors files in name order."""
-    result = {}
-    files = [path] if path.is_file() else [path / "config.json", *sorted(path.glob("*.safetensors"))]
-
-    def run():
-        digest = hashlib.sha256()
-        for file in files:
-            with open(file, "rb") as f:
-                while block := f.read(1 << 22):
-                    digest.update(block)
-        result["sha256"] = digest.hexdigest()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
-
-
-class _Prefetch:
-    """Loads tensors `names` in order in a daemon thread, at most `ahead` tensors ahead of `get`
-    (so memory stays bounded). An exception in the thread is raised again by `get`."""
-
-    def __init__(self, load, names: list[str], dtype, ahead: int = 8):
-        import queue
-
-        self._queue: queue.Queue = queue.Queue(maxsize=ahead)
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(load, names, dtype), daemon=True)
-        self._thread.start()
-
-    def _run(self, load, names, dtype):
-        import queue
-
-        for name in names:
-            try:
-                item = (name, load(name, dtype))
-            except BaseException as exc:  # handed to the consumer, which raises it
-                item = (name, exc)
-            while not self._stopped.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if self._stopped.is_set() or isinstance(item[1], BaseException):
-                return
-
-    def get(self, name: str):
-        got, value = self._queue.get()
-        if isinstance(value, BaseException):
-            raise value
-        assert got == name, (got, name)
-        return value
-
-    def stop(self) -> None:
-        self._stopped.set()
 
 
 def _versions() -> dict:
@@ -201,13 +139,13 @@ def export(
     native = ckpt.config.get("max_position_embeddings")
     if max_context_length is not None and native and max_context_length > native:
         raise ExportError(f"{ckpt.path}: context length {max_context_length} exceeds the model's maximum {native}")
-    hasher = None if dry_run else _sha256_in_background(ckpt.path)
+    hasher = None if dry_run else sha256_in_background(ckpt.path)
     names = list(ckpt.shapes)
     # numpy has float16 but no bfloat16: GGUF tensors arrive in float16 or float32.
     np_dtype = np.float16 if dtype == "float16" else np.float32
     # GGUF tensors are dequantized (numpy) in a thread from here on, overlapping the imports of
     # mlx-lm and transformers (~4-9 s on 2 cores) and the model construction.
-    prefetch = _Prefetch(ckpt.load, names, np_dtype) if ckpt.kind == "gguf" and not dry_run else None
+    prefetch = Prefetch(ckpt.load, names, np_dtype) if ckpt.kind == "gguf" and not dry_run else None
 
     try:
         model, weights = _load_model(ckpt, names, dtype, np_dtype, prefetch, dry_run, progress)
