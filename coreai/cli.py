@@ -16,7 +16,7 @@ import sys
 from importlib.metadata import entry_points
 
 from coreai.errors import ExportError, GrammarError, ModelNotFound
-from runtime.errors import ParameterError
+from runtime.errors import InputError, ParameterError
 
 COMMANDS = ("models", "export", "generate", "check-schema", "serve", "demo")
 COMMAND_GROUP = "coreai.commands"  # entry points: name = "package.module:register"
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _not_installed(how: str):
     def run(args) -> int:
-        raise ValueError(how)
+        raise InputError(how)
 
     return run
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from recipes.errors import ExportError, SourceError
-from runtime.errors import CoreAIError, ModelNotFound
+from runtime.errors import CoreAIError, InputError, ModelNotFound, ParameterError
 
 __all__ = [
     "CoreAIError",
     "ExportError",
     "GrammarError",
+    "InputError",
     "ModelNotFound",
+    "ParameterError",
     "SchemaError",
     "SourceError",
     "UnsatisfiableSchema",

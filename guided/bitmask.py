@@ -18,6 +18,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from runtime.errors import InputError
+
 
 @mx.compile
 def _apply(logits: mx.array, bitmask: mx.array) -> mx.array:
@@ -39,7 +41,7 @@ def apply_token_bitmask(logits: mx.array, bitmask: mx.array) -> mx.array:
     if bitmask.ndim == 1:
         bitmask = bitmask[None]
     if bitmask.shape[-1] != (logits.shape[-1] + 31) // 32 or bitmask.shape[0] != logits.shape[0]:
-        raise ValueError(
+        raise InputError(
             f"bitmask {tuple(bitmask.shape)} does not fit logits {tuple(logits.shape)}: "
             f"need [batch, ceil(V / 32)] int32"
         )

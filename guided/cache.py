@@ -18,6 +18,7 @@ from guided.errors import GrammarError
 from guided.journal import GrammarJournal
 from guided.spec import GrammarSpec
 from guided.tokenizer_info import TokenizerInfo
+from runtime.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class GrammarCache:
 
     def __init__(self, capacity: int = 256, backend: GrammarBackend | None = None):
         if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+            raise InputError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.backend = backend or LLGuidanceBackend()
         self._entries: OrderedDict[tuple, CompiledGrammar] = OrderedDict()

@@ -23,6 +23,7 @@ import llguidance
 
 from guided.spec import GrammarSpec
 from guided.tokenizer_info import TokenizerInfo
+from runtime.errors import InputError
 
 log = logging.getLogger("coreai.guided")
 
@@ -35,7 +36,7 @@ class GrammarJournal:
 
     def __init__(self, root: str | os.PathLike, tokenizer: TokenizerInfo, max_entries: int = 4096):
         if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+            raise InputError(f"max_entries must be >= 1, got {max_entries}")
         self.tokenizer = tokenizer
         self.dir = Path(root) / f"{tokenizer.fingerprint[:16]}-llguidance-{llguidance.__version__}"
         self.max_entries = max_entries

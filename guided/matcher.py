@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llguidance import LLMatcher
 
+from runtime.errors import InputError
+
 if TYPE_CHECKING:
     from guided.tokenizer_info import TokenizerInfo
 
@@ -83,7 +85,7 @@ class GrammarMatcher:
             or bitmask.shape[1] != self.words
             or not bitmask.flags.c_contiguous
         ):
-            raise ValueError(
+            raise InputError(
                 f"bitmask must be C-contiguous int32 [batch, {self.words}], got {bitmask.dtype} {bitmask.shape}"
             )
         self.fill_bitmask_at(bitmask.ctypes.data + row * self.words * 4, self.words * 4)

@@ -23,6 +23,7 @@ import json
 from typing import Any, Callable
 
 from guided.schema.pointer import resolve_local_ref
+from runtime.errors import InputError
 
 # JSON Schema formats (2020-12 section 7.3) in words; a format not listed is named as it is.
 FORMATS = {
@@ -99,7 +100,7 @@ def describe_schema(
     """
     style = SCHEMA_PROMPT_STYLE if style is None else style
     if style not in STYLES:
-        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
+        raise InputError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
     text = _Describer(schema, hints=style == "hints").root()
     if budget is None or count is None or count(text) <= budget:
         return text  # within the budget: the whole description, unchanged
@@ -139,7 +140,7 @@ def with_schema_description(
     if isinstance(prompt, str):
         return [{"role": "system", "content": description}, {"role": "user", "content": prompt}]
     if not prompt or not all(isinstance(m, dict) for m in prompt):
-        raise ValueError("schema_in_prompt needs a text prompt or chat messages, not token ids")
+        raise InputError("schema_in_prompt needs a text prompt or chat messages, not token ids")
     messages = [dict(m) for m in prompt]
     if not description:
         return messages

@@ -45,6 +45,7 @@ from guided.schema.checks import check_depth, check_finite, check_metaschema, ch
 from guided.schema.numbers import engine_numbers
 from guided.schema.pointer import pointer
 from guided.schema.rewrite import close_objects, exact_formats
+from runtime.errors import InputError
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # the stub's TypedDict; not exported at run time
@@ -88,7 +89,7 @@ class GrammarSpec:
 
         Raises ValueError for a non-JSON kind (a regex or grammar has no lenient form)."""
         if self.kind not in JSON_KINDS:
-            raise ValueError(f"a {self.kind} grammar has no lenient form")
+            raise InputError(f"a {self.kind} grammar has no lenient form")
         if self.lenient:
             return self
         # a spec from an older grammar journal has `any_whitespace` in its options
@@ -163,12 +164,12 @@ def resolve_whitespace(whitespace: str | None, any_whitespace: bool | None) -> s
 
     Raises ValueError for an unknown `whitespace`, or both given and disagreeing."""
     if whitespace is not None and whitespace not in WHITESPACES:
-        raise ValueError(f"whitespace must be one of {', '.join(WHITESPACES)}, not {whitespace!r}")
+        raise InputError(f"whitespace must be one of {', '.join(WHITESPACES)}, not {whitespace!r}")
     if any_whitespace is None:
         return whitespace or DEFAULT_WHITESPACE
     implied = "any" if any_whitespace else "compact"
     if whitespace is not None and whitespace != implied:
-        raise ValueError(f"any_whitespace={any_whitespace} contradicts whitespace={whitespace!r}")
+        raise InputError(f"any_whitespace={any_whitespace} contradicts whitespace={whitespace!r}")
     return implied
 
 
@@ -280,7 +281,7 @@ def make_spec(
         if v is not None
     ]
     if len(given) != 1:
-        raise ValueError(f"give exactly one of schema, json_object, regex, choices, grammar (got {given or 'none'})")
+        raise InputError(f"give exactly one of schema, json_object, regex, choices, grammar (got {given or 'none'})")
     whitespace = resolve_whitespace(whitespace, any_whitespace)
     options = {"whitespace": whitespace, "strict": strict, "lenient": lenient}
     if json_object:

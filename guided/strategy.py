@@ -40,6 +40,7 @@ from guided.compiler import CompiledGrammar
 from guided.reasoning import ReasoningGate
 from guided.rollback import RollbackPlanner
 from guided.tools.calls import CallTracker
+from runtime.errors import InputError
 from runtime.reasoning import ReasoningPlan
 from runtime.sampling import SamplingParams, SamplingStrategy
 from runtime.strategy import Step
@@ -97,7 +98,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         info = compiled.tokenizer
         bitmask = bitmask or TokenBitmask(info.vocab_size, batch=max_draft + 1)
         if bitmask.vocab_size != info.vocab_size:
-            raise ValueError(f"bitmask for {bitmask.vocab_size} tokens, grammar for {info.vocab_size}")
+            raise InputError(f"bitmask for {bitmask.vocab_size} tokens, grammar for {info.vocab_size}")
         super().__init__(params, want_logprobs, max_draft=min(max_draft, bitmask.batch - 1))
         self.compiled = compiled
         self.matcher = compiled.matcher()
@@ -262,7 +263,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         """Remove the last `n` generated tokens from the grammar state and the processors' history.
         Raises ValueError if fewer than `n` tokens were accepted."""
         if not self.matcher.rollback(n):
-            raise ValueError(f"cannot roll back {n} tokens: only {self.matcher.num_accepted} accepted")
+            raise InputError(f"cannot roll back {n} tokens: only {self.matcher.num_accepted} accepted")
         if self.planner is not None:
             self.planner.forget(n)
         if self.tracker is not None:

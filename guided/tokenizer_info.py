@@ -30,6 +30,7 @@ from functools import cached_property
 import llguidance
 import tokenizers
 
+from runtime.errors import InputError
 from runtime.tokenizer import padding_entries
 
 _keys = itertools.count(1)
@@ -79,7 +80,7 @@ def _engine_vocabulary(hf_tokenizer) -> tuple[dict, set[int]]:
     """
     backend = getattr(hf_tokenizer, "backend_tokenizer", None)
     if backend is None:
-        raise ValueError(f"{type(hf_tokenizer).__name__} is not a fast tokenizer; guided generation needs one")
+        raise InputError(f"{type(hf_tokenizer).__name__} is not a fast tokenizer; guided generation needs one")
     # Copy, as llguidance.hf.from_tokenizer does: padding/truncation settings must not leak into the JSON.
     backend = copy.copy(backend)
     backend.no_padding()
@@ -121,10 +122,10 @@ def build_tokenizer_info(hf_tokenizer, vocab_size: int, eos_ids) -> TokenizerInf
     hf_tokenizer = getattr(hf_tokenizer, "hf", hf_tokenizer)
     eos = tuple(sorted(set(int(i) for i in eos_ids)))
     if not eos:
-        raise ValueError("at least one EOS id is needed: the grammar signals its end through it")
+        raise InputError("at least one EOS id is needed: the grammar signals its end through it")
     spec, pad_entries = _engine_vocabulary(hf_tokenizer)
     if len(hf_tokenizer) > vocab_size:
-        raise ValueError(f"the tokenizer has {len(hf_tokenizer)} tokens but the model only {vocab_size} logits")
+        raise InputError(f"the tokenizer has {len(hf_tokenizer)} tokens but the model only {vocab_size} logits")
     ll = llguidance.LLTokenizer(json.dumps(spec), n_vocab=vocab_size, eos_token=list(eos))
     wrapper = llguidance.TokenizerWrapper(_EngineTokenizer(ll, spec, eos[0]))
     ll = llguidance.LLTokenizer(wrapper, n_vocab=vocab_size, eos_token=list(eos))

@@ -44,6 +44,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, LRUPromptCache, make_prompt_cache, trim_prompt_cache
 
+from runtime.errors import InputError
 from runtime.generate import default_prefill_step
 from runtime.sampling import check_max_tokens
 from runtime.sequence import Delta, Sequence
@@ -96,7 +97,7 @@ class BatchGenerator:
         prefill_step_size: int | None = None,
     ):
         if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+            raise InputError(f"max_batch must be >= 1, got {max_batch}")
         self.network = network
         self.tokenizer = tokenizer
         self.max_batch = max_batch
@@ -128,7 +129,7 @@ class BatchGenerator:
         """Queue a generation; its `Delta`s come out of `step()` with this row. Raises ValueError for
         an empty prompt or max_tokens < 1."""
         if not prompt_ids:
-            raise ValueError("the prompt is empty")
+            raise InputError("the prompt is empty")
         check_max_tokens(max_tokens)
         start = time.perf_counter()
         cache, reused = None, 0

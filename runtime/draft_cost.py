@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import math
 
+from runtime.errors import InputError
+
 BUCKETS = (1, 2, 4, 8, 16, 32)
 """Feed widths (tokens per forward pass) with a cost estimate of their own."""
 
@@ -81,7 +83,7 @@ class DraftCostModel:
         )
         for name, ok in checks:
             if not ok:
-                raise ValueError(f"DraftCostModel: {name} out of range, got {locals()[name]!r}")
+                raise InputError(f"DraftCostModel: {name} out of range, got {locals()[name]!r}")
         self.max_draft = max_draft
         self.decay, self.acceptance_decay = decay, acceptance_decay
         self.prior_slope, self.margin = prior_slope, margin

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from runtime.errors import InputError
 from runtime.speculative import DraftModel
 from runtime.strategy import Drafter
 from runtime.value_lookup import ValueLookup
@@ -24,9 +25,9 @@ def make_drafter(speculative, model) -> Drafter | None:
     if speculative == "draft":
         speculative = getattr(model, "draft", None)
         if speculative is None:
-            raise ValueError('speculative="draft" needs a draft model: coreai.load(..., draft=NAME)')
+            raise InputError('speculative="draft" needs a draft model: coreai.load(..., draft=NAME)')
     if isinstance(speculative, str) or not hasattr(speculative, "network"):
-        raise ValueError(f'speculative must be "prompt_lookup", "draft", a Model or None, got {speculative!r}')
+        raise InputError(f'speculative must be "prompt_lookup", "draft", a Model or None, got {speculative!r}')
     if speculative.tokenizer.hf.get_vocab() != model.tokenizer.hf.get_vocab():
-        raise ValueError(f"the draft model {speculative.name} does not share the target's tokenizer")
+        raise InputError(f"the draft model {speculative.name} does not share the target's tokenizer")
     return DraftModel(speculative)

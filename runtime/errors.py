@@ -14,7 +14,12 @@ class ModelNotFound(CoreAIError, LookupError):
     """
 
 
-class ParameterError(ValueError):
+class InputError(CoreAIError, ValueError):
+    """Input this product refuses: an option, a prompt, a tool definition, a model setting it cannot
+    use. The message names what and why; it is a ValueError too, as it was before it had a type."""
+
+
+class ParameterError(InputError):
     """A setting out of its range. `param`: its name ("temperature", "max_tokens", ...), which the
     message starts with, so the server can name the request field and the CLI its flag."""
 

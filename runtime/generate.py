@@ -25,6 +25,7 @@ from typing import Iterator
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+from runtime.errors import InputError
 from runtime.prompt_cache import PromptCache
 from runtime.sampling import check_max_tokens
 from runtime.sequence import Delta, Sequence
@@ -55,10 +56,10 @@ def stream_tokens(
         ValueError: empty prompt, max_tokens < 1, or a prompt longer than `context_length`.
     """
     if not prompt_ids:
-        raise ValueError("the prompt is empty")
+        raise InputError("the prompt is empty")
     check_max_tokens(max_tokens)
     if context_length and len(prompt_ids) >= context_length:
-        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {context_length}")
+        raise InputError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {context_length}")
     return _generate(network, tokenizer, prompt_ids, strategy, max_tokens=max_tokens, **options)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from runtime.drafters import make_drafter
-from runtime.errors import ModelNotFound
+from runtime.errors import InputError, ModelNotFound
 from runtime.generate import stream_tokens
 from runtime.prompt_cache import PromptCache
 from runtime.rope import apply_untruncated_yarn
@@ -90,7 +90,7 @@ class Model:
             return list(prompt)
         if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
             return self.tokenizer.apply_chat_template(list(prompt), tools=tools, **kwargs)
-        raise ValueError("prompt must be a string, a non-empty list of chat messages, or a list of token ids")
+        raise InputError("prompt must be a string, a non-empty list of chat messages, or a list of token ids")
 
     def stream(
         self,
@@ -121,7 +121,7 @@ class Model:
         ValueError for bad parameters before any work starts, TypeError for an unknown keyword.
         """
         if sampling is not None and sampling_fields:
-            raise ValueError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
+            raise InputError(f"give either sampling= or sampling fields ({', '.join(sampling_fields)}), not both")
         sampling = sampling or SamplingParams(**sampling_fields)
         sampling.check_token_ids(self.vocab_size)
         drafter = make_drafter(speculative, self)
@@ -165,7 +165,7 @@ def load_model(path: str | Path, dtype: str | None = None, name: str | None = No
         raise ModelNotFound(f"{path}: no *.safetensors weights")
     dtype = dtype or default_dtype()
     if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     network, config = mlx_lm_load_model(path, lazy=True)  # config: config.json as mlx-lm read it
     apply_untruncated_yarn(network, config)  # gpt-oss: mlx-lm rounds YaRN's range against the config
     if dtype is not None:

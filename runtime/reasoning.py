@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runtime.errors import InputError
 from runtime.stops import partial_suffix
 
 KNOWN_MARKERS = (("<think>", "</think>"), ("◁think▷", "◁/think▷"), ("<seed:think>", "</seed:think>"))
@@ -139,7 +140,7 @@ class ReasoningTokens:
             hf_tokenizer.encode(m, add_special_tokens=False) for m in (markers.start, markers.end, markers.separator)
         ]
         if len(ids[0]) != 1 or len(ids[1]) != 1:
-            raise ValueError(
+            raise InputError(
                 f"reasoning markers {markers.start!r} / {markers.end!r} are not single tokens of this tokenizer"
             )
         return cls(markers, *(tuple(i) for i in ids))
@@ -206,7 +207,7 @@ def plan_reasoning(
     markers (`tokens` None), the template variables turned thinking off, or the prompt ends with a
     closed block (the template's own way of turning it off). Raises ValueError if max_tokens < 1."""
     if max_tokens < 1:
-        raise ValueError(f"max_reasoning_tokens must be >= 1, got {max_tokens}")
+        raise InputError(f"max_reasoning_tokens must be >= 1, got {max_tokens}")
     if tokens is None or not thinking_enabled(chat_template_kwargs):
         return None
     state = tokens.prompt_state(prompt_ids)

@@ -17,6 +17,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.rope_utils import YarnRoPE
 
+from runtime.errors import InputError
+
 YARN_TYPES = ("yarn", "deepseek_yarn")
 
 
@@ -61,7 +63,7 @@ def apply_untruncated_yarn(network: nn.Module, config: dict) -> int:
         return 0
     base = config.get("rope_theta", scaling.get("rope_theta"))
     if base is None:
-        raise ValueError("rope_scaling is YaRN with truncate false, but the config has no rope_theta")
+        raise InputError("rope_scaling is YaRN with truncate false, but the config has no rope_theta")
     changed = 0
     for _, module in network.named_modules():
         if isinstance(module, YarnRoPE):

@@ -21,6 +21,8 @@ from collections import deque
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
+from runtime.errors import InputError
+
 
 class PromptLookup:
     """Drafts the continuation of the longest suffix of the context that occurred before in it.
@@ -49,7 +51,7 @@ class PromptLookup:
 
     def __init__(self, max_ngram: int | None = None, min_ngram: int = 1):
         if not 1 <= min_ngram <= (max_ngram or min_ngram):
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+            raise InputError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self._reset()
 
@@ -169,7 +171,7 @@ class DraftModel:
         self.model = model
         self.cache = make_prompt_cache(model.network)
         if not can_trim_prompt_cache(self.cache):
-            raise ValueError(f"the draft model {model.name} has a KV cache that cannot be trimmed")
+            raise InputError(f"the draft model {model.name} has a KV cache that cannot be trimmed")
         self.tokens: list[int] = []  # what the draft's KV cache holds
 
     def propose(self, context: list[int], n: int) -> list[int]:

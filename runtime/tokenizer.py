@@ -17,6 +17,7 @@ from mlx_lm import tokenizer_utils
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import _tokenizer_defaults, load_tokenizer
 
+from runtime.errors import InputError
 from runtime.reasoning import detect_reasoning
 
 
@@ -180,7 +181,7 @@ class Tokenizer:
         jinja2.TemplateError when the template refuses the messages.
         """
         if not self.has_chat_template:
-            raise ValueError("this model has no chat template; pass a plain text prompt (or --no-chat-template)")
+            raise InputError("this model has no chat template; pass a plain text prompt (or --no-chat-template)")
         found: list[str] = []
         messages = self._mask_specials(messages, found)
         tools = self._mask_specials(tools, found) if tools is not None else None

@@ -74,6 +74,7 @@ def test_a_responses_body_is_mapped_once_in_the_template_form():
                 "input": [
                     {"role": "user", "content": "x"},
                     {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"},
+                    {"type": "function_call_output", "call_id": "c", "output": "ok"},
                 ]
             },
             "input[1].arguments",

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.errors import InputError
+
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (a clear usage error instead of a traceback later)."""
@@ -100,7 +102,7 @@ def load_model(args):
     from coreai.store import DEFAULT_MODEL
 
     if getattr(args, "speculative", None) == "draft" and not args.draft_model:
-        raise ValueError("--speculative draft needs --draft-model")
+        raise InputError("--speculative draft needs --draft-model")
     return coreai.load(args.model or DEFAULT_MODEL, dtype=args.dtype, cache_dir=args.cache_dir, draft=args.draft_model)
 
 
@@ -108,9 +110,9 @@ def read_messages(path: Path) -> list[dict]:
     try:
         messages = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read a JSON list of messages ({exc})") from None
+        raise InputError(f"{path}: cannot read a JSON list of messages ({exc})") from None
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        raise ValueError(f"{path}: expected a JSON list of {{'role': ..., 'content': ...}} messages")
+        raise InputError(f"{path}: expected a JSON list of {{'role': ..., 'content': ...}} messages")
     return messages
 
 
@@ -145,7 +147,7 @@ def add_hint_budget_arg(p) -> None:
 def check_grammar_args(args) -> None:
     """Raise ValueError for grammar options that do not go together (before the slow model load)."""
     if args.schema_in_prompt and not (args.schema or args.json_object):
-        raise ValueError("--schema-in-prompt needs --schema or --json-object")
+        raise InputError("--schema-in-prompt needs --schema or --json-object")
 
 
 def session_options(args) -> dict:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from coreai import store
+from runtime.errors import InputError
 
 
 def register(sub) -> None:
@@ -77,7 +78,7 @@ def _listing(args) -> int | None:
     if args.model_info:
         row = next((r for r in rows if r.name == args.model_info), None)
         if row is None:
-            raise ValueError(f"unknown model {args.model_info!r}; known: {', '.join(r.name for r in rows)}")
+            raise InputError(f"unknown model {args.model_info!r}; known: {', '.join(r.name for r in rows)}")
         info = {**row.to_json(), "output_name": row.output_name() if row.hf_id else row.name}
         if args.json:
             print(json.dumps(info, indent=2))
@@ -121,7 +122,7 @@ def run(args) -> int:
     if listed is not None:
         return listed
     if not args.source:
-        raise ValueError("export needs SOURCE (or --list-models, --list-recipes, --list-presets, --model-info)")
+        raise InputError("export needs SOURCE (or --list-models, --list-recipes, --list-presets, --model-info)")
     source, preset, entry = _resolve(args)
     recipe, verify = args.recipe, args.verify
     if entry is not None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from coreai.commands import common
+from runtime.errors import InputError
 
 
 def register(sub) -> None:
@@ -46,7 +47,7 @@ def run(args) -> int:
     common.check_grammar_args(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     if args.tools is None and (args.tool_choice is not None or args.no_parallel_tool_calls):
-        raise ValueError("--tool-choice and --no-parallel-tool-calls need --tools FILE")
+        raise InputError("--tool-choice and --no-parallel-tool-calls need --tools FILE")
     tools = read_tools(args) if args.tools is not None else None
     model = common.load_model(args)
     session = common.constrained_session(model, args) if tools is None else tools_session(model, tools, args)
@@ -100,13 +101,13 @@ def read_tools(args) -> list:
     """The --tools file's list of tools; ValueError (before the model loads) for a bad file or flags
     that do not go with tools."""
     if any(getattr(args, k) for k in ("regex", "choice", "grammar")):
-        raise ValueError("--tools cannot be combined with --regex, --choice or --grammar (--schema can)")
+        raise InputError("--tools cannot be combined with --regex, --choice or --grammar (--schema can)")
     try:
         tools = json.loads(args.tools.read_text())
     except (OSError, ValueError) as exc:
-        raise ValueError(f"--tools {args.tools}: {exc}") from None
+        raise InputError(f"--tools {args.tools}: {exc}") from None
     if not isinstance(tools, list) or not tools:
-        raise ValueError(f"--tools {args.tools}: expected a non-empty JSON list of tools")
+        raise InputError(f"--tools {args.tools}: expected a non-empty JSON list of tools")
     return tools
 
 

@@ -9,6 +9,7 @@ import socket
 from coreai import store
 from coreai.commands import common
 from coreai.server.config import ServerConfig  # no FastAPI: `coreai --help` stays quick
+from runtime.errors import InputError
 
 log = logging.getLogger("coreai.server")
 
@@ -106,7 +107,7 @@ def run(args) -> int:
     if args.host not in LOOPBACK and not args.api_key:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     if args.speculative == "draft" and not args.draft_model:
-        raise ValueError("--speculative draft needs --draft-model")
+        raise InputError("--speculative draft needs --draft-model")
     config = ServerConfig(  # checks every setting (ParameterError: the CLI names the flag), before the slow load
         api_key=args.api_key,
         max_tokens=args.max_tokens,
@@ -127,7 +128,7 @@ def run(args) -> int:
     try:
         sock = socket.create_server((args.host, args.port), family=family)
     except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
-        raise ValueError(f"cannot listen on {args.host}:{args.port}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise InputError(f"cannot listen on {args.host}:{args.port}: {getattr(exc, 'strerror', None) or exc}") from None
     model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
     app = create_app(model, config)
     port = sock.getsockname()[1]  # the port bound (--port 0 picks a free one)

@@ -15,6 +15,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from runtime.errors import InputError
+
 
 @dataclass(frozen=True)
 class StoredResponse:
@@ -31,7 +33,7 @@ class ResponseStore:
 
     def __init__(self, max_count: int = 1024, max_bytes: int = 64 << 20):
         if max_count < 1 or max_bytes < 1:
-            raise ValueError(f"max_count and max_bytes must be >= 1, got {max_count}, {max_bytes}")
+            raise InputError(f"max_count and max_bytes must be >= 1, got {max_count}, {max_bytes}")
         self.max_count, self.max_bytes = max_count, max_bytes
         self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
         self._bytes = 0

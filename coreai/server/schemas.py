@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, mode
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from guided.tools.constraint import TOOL_NAME
+from runtime.errors import InputError
 
 FUNCTION_NAME = f"^{TOOL_NAME}$"
 MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue
@@ -194,7 +195,7 @@ class StructuredOutputs(Request):
     def _exactly_one(self):
         given = [v for v in (self.json_, self.regex, self.choice, self.grammar) if v is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of json, regex, choice, grammar")
+            raise InputError("give exactly one of json, regex, choice, grammar")
         return self
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.errors import InputError
+
 
 def pointer(path) -> str:
     """The JSON pointer of a path of keys and indexes: ("a/b", 0) -> "/a~1b/0"; () -> ""."""
@@ -23,7 +25,7 @@ def parse_pointer(text: str) -> tuple[str, ...]:
     if text == "":
         return ()
     if not text.startswith("/"):
-        raise ValueError(f"a JSON pointer is empty or starts with '/', not {text[:40]!r}")
+        raise InputError(f"a JSON pointer is empty or starts with '/', not {text[:40]!r}")
     return tuple(part.replace("~1", "/").replace("~0", "~") for part in text[1:].split("/"))
 
 

@@ -18,6 +18,7 @@ from guided.errors import UnsupportedSchemaFeature
 from guided.spec import GrammarSpec, make_spec
 from guided.tokenizer_info import TokenizerInfo
 from guided.tools.constraint import ToolConstraint
+from runtime.errors import InputError
 
 
 def answer_spec(schema, json_object: bool, others: tuple, **options) -> GrammarSpec | None:
@@ -25,7 +26,7 @@ def answer_spec(schema, json_object: bool, others: tuple, **options) -> GrammarS
     options), None for a free-text answer. others: the session's regex, choices and grammar, which
     cannot be an answer's format beside tools (ValueError); SchemaError for a bad schema."""
     if any(x is not None for x in others):
-        raise ValueError("beside tools, the answer's format is a schema or json_object, not regex / choices / grammar")
+        raise InputError("beside tools, the answer's format is a schema or json_object, not regex / choices / grammar")
     if schema is None and not json_object:
         return None
     return make_spec(schema=schema, json_object=json_object, **options)

@@ -41,6 +41,7 @@ from guided.tools.syntax import (
     read_pythonic,
     read_qwen3_coder,
 )
+from runtime.errors import InputError
 
 FENCE = "```json\n"  # what small models write before a call under auto (the BFCL finding)
 ARRAY_OPENS = ("[", "[\n", "[\n  ", "[\n    ")  # how small models open a JSON array of calls
@@ -168,7 +169,7 @@ def _glm45(p: Pieces) -> str:
         required, items = set(tool.parameters.get("required", [])), []
         for k, v in tool.parameters.get("properties", {}).items():
             if "<" in k or "\n" in k:
-                raise ValueError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <arg_key>{k}</arg_key>")
+                raise InputError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <arg_key>{k}</arg_key>")
             if is_text(v) and ("enum" in v or "const" in v):
                 value = "(" + " | ".join(json.dumps(w) for w in ([v["const"]] if "const" in v else v["enum"])) + ")"
             elif is_text(v):

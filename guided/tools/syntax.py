@@ -12,6 +12,8 @@ import keyword
 import re
 from dataclasses import dataclass
 
+from runtime.errors import InputError
+
 # The templates render calls with json.dumps' default separators; the constraint matches them.
 CALL_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
@@ -124,7 +126,7 @@ def pythonic_rules(p: Pieces) -> str:
         required = set(tool.parameters.get("required", []))
         properties = tool.parameters.get("properties", {})
         if bad := [k for k in properties if not k.isidentifier() or keyword.iskeyword(k)]:
-            raise ValueError(f"tool {tool.name!r}: parameter {bad[0]!r} cannot be a Python keyword argument")
+            raise InputError(f"tool {tool.name!r}: parameter {bad[0]!r} cannot be a Python keyword argument")
         items = [(f"{json.dumps(k + '=')} {py_value(v, rules)}", k in required) for k, v in properties.items()]
         args = in_order(f"pya{i}", items, COMMA, rules)
         rules.append(f'py{i}[capture="{APPEND}call"]: {json.dumps(tool.name + "(")} {args} ")"\n')
@@ -174,7 +176,7 @@ def qwen3_coder_rules(p: Pieces) -> str:
         items = []
         for k, v in tool.parameters.get("properties", {}).items():
             if ">" in k or "\n" in k:
-                raise ValueError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <parameter={k}>")
+                raise InputError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <parameter={k}>")
             if is_text(v) and ("enum" in v or "const" in v):
                 words = [v["const"]] if "const" in v else v["enum"]
                 value = "(" + " | ".join(json.dumps(w) for w in words) + f") {end}"
