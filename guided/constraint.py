@@ -10,7 +10,7 @@ between threads and requests; each generation gets its own state from `generatio
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -124,7 +124,9 @@ class Constraint:
         self.call_plans = {}  # tool name -> the `CheckPlan` validate-and-rollback checks its calls with
         self.answer_spec = None  # beside tools: the JSON answer's spec (a response format), for the verdict
         self.model_class = schema if isinstance(schema, type) and hasattr(schema, "model_validate") else None
-        options = dict(whitespace=whitespace, any_whitespace=any_whitespace, strict=strict, lenient=lenient)
+        options: dict[str, Any] = dict(
+            whitespace=whitespace, any_whitespace=any_whitespace, strict=strict, lenient=lenient
+        )
         if tools is not None:
             answer = answer_spec(schema, json_object, (regex, choices, grammar), **options)
             hf, ll = model.tokenizer.hf, self.tokenizer_info.ll_tokenizer
@@ -192,6 +194,7 @@ class Constraint:
         `guided.tools.check`); None when the grammar enforces every tool's parameters whole."""
         if tracker is None or not self.call_plans:
             return None
+        assert self.tools is not None  # call plans exist only with tools
         return CallChecker(self.call_plans, tracker, generic=self.tools.fmt == "generic")
 
     def generation(

@@ -69,6 +69,7 @@ class Generation:
         complete = result.finish_reason == "stop" and strategy.complete
         reasoning = raw_reasoning = None
         if strategy.gate.reasoned:
+            assert strategy.gate.plan is not None  # a reasoned gate has its plan
             raw_reasoning, answer = strategy.gate.plan.split(result.text)
             reasoning = raw_reasoning.strip() if raw_reasoning is not None else None
             result = GenerationResult(**dict(vars(result), text=answer))
@@ -92,7 +93,8 @@ class Generation:
                 errors += c.check(result.text)
         except Exception as exc:  # noqa: BLE001 - an output that cannot be checked is not valid
             errors.append(f"the final check failed: {type(exc).__name__}: {exc}")
-        calls, content = [], None
+        calls: list[ToolCall] = []
+        content = None
         if c.tools is not None:
             calls, content = self._tool_reply(result, reasoning is not None)
             if complete:
@@ -141,12 +143,14 @@ class Generation:
     def _tool_reply(self, result: GenerationResult, reasoned: bool) -> tuple[list[ToolCall], str | None]:
         """The calls and the text answer of a tools generation (`result.text` is the answer)."""
         tracker = self.tracker
+        assert tracker is not None  # a tools generation has its tracker
         kept = len(result.token_ids) - (tracker.start or 0) if tracker.start is not None else 0
         calls, response = tracker.result(kept)
         if response is not None:  # the generic envelope's text answer
             return calls, response
         content = "".join(text for label, text in result.parts if label is None)
         if reasoned:
+            assert self.strategy.gate.plan is not None  # a reasoned gate has its plan
             content = self.strategy.gate.plan.split(content)[1]
         content = content.strip() if calls else content
         return calls, content or None

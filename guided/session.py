@@ -8,7 +8,7 @@ fresh `guided.generation.Generation`. Sessions are not shared between threads; c
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, cast
 
 import mlx.core as mx
 
@@ -100,7 +100,7 @@ class ConstrainedSession(Constraint):
         """Run one constrained generation to the end; arguments as `stream`. Returns a `GuidedResult`."""
         for delta in self.stream(prompt, **kwargs):
             if delta.result is not None:
-                return delta.result
+                return cast(GuidedResult, delta.result)  # `stream` replaced it with the verdict
         raise AssertionError("stream ended without a result")
 
     # -- low-level calls, for a decoding loop of one's own ------------------------------------------

@@ -174,6 +174,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         drafter proposes after them, up to `max_draft` tokens; each extension cut at its first
         forbidden token. The matcher is back at the step's start afterwards."""
         accepted = 0
+        assert self.drafter is not None  # `check_draft` chains only with a drafter
         try:
             for _ in range(self.CHAIN_LINKS - 1):
                 if not self.matcher.accept_tokens(draft[accepted:]):  # validated: cannot fail
@@ -249,6 +250,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
         """Label the step's answer tokens (`first` on) and the `held` ones before them (tools), from
         the tracker's labels of the tokens it has been fed."""
         tracker = self.tracker
+        assert tracker is not None  # labelled only with a tracker (`step`)
         answer = len([t for t in step.tokens[first:] if t not in self.matcher.eos_ids])
         labels = tracker.labels[len(tracker.labels) - held - answer :]
         step.channels = labels[:held] + [None] * first + labels[held:]

@@ -191,6 +191,7 @@ class BatchGenerator:
             out.append((row, row.seq.end(row.seq.finish, row.seq.error)))
             return 0
         try:
+            assert row.logits is not None  # set by the pass before the step
             trim = row.seq.apply(row.strategy.step(row.logits))
         except Exception as exc:  # noqa: BLE001 - this row's failure ends this row only
             out.append((row, row.seq.end("error", f"{type(exc).__name__}: {exc}")))
@@ -208,6 +209,7 @@ class BatchGenerator:
     def _trim(self, trims: list[int]) -> None:
         """Drop each row's last `trims[i]` KV entries: shifted right, they become left padding."""
         if any(trims):
+            assert self.cache is not None  # rows are active
             for c in self.cache:
                 c.prepare(right_padding=trims)
                 c.finalize()
@@ -219,11 +221,13 @@ class BatchGenerator:
             return
         for i, row in enumerate(self.active):
             if row.seq.finish is not None and row.seq.finish != "error" and self.prompt_cache is not None:
+                assert self.cache is not None  # rows are active
                 self.prompt_cache.insert_cache(_MODEL_KEY, list(row.tokens), [c.extract(i) for c in self.cache])
         self.active = [self.active[i] for i in keep]
         if not keep:
             self.cache = None
             return
+        assert self.cache is not None  # rows stay active
         for c in self.cache:
             c.filter(keep)
 
@@ -279,6 +283,7 @@ class BatchGenerator:
         """One chunk of a row's prompt into its own KV cache."""
         n = min(self.prefill_step_size, len(row.pending) - 1)
         self.network(mx.array(row.pending[:n])[None], cache=row.cache)
+        assert row.cache is not None  # a waiting row has its own cache
         mx.eval([c.state for c in row.cache])
         row.tokens += row.pending[:n]
         row.pending = row.pending[n:]
@@ -289,7 +294,7 @@ class BatchGenerator:
         and is masked, as in `_forward`). Rows in the same state (the `n` choices of one request)
         share one row of that pass, copied out after it. Returns the batched caches, one per layer,
         rows in order."""
-        states = {}
+        states: dict[tuple, int] = {}
         pick = [states.setdefault(_state(row), len(states)) for row in group]
         unique = [group[pick.index(k)] for k in range(len(states))]
         merged = [type(layer[0]).merge(list(layer)) for layer in zip(*(row.cache for row in unique))]
@@ -337,11 +342,13 @@ class BatchGenerator:
         width = max(lengths)
         padding = [width - n for n in lengths]
         if any(padding):
+            assert self.cache is not None  # rows are active
             for c in self.cache:
                 c.prepare(lengths=lengths, right_padding=padding)
         ids = mx.array([row.feed + [0] * p for row, p in zip(self.active, padding)])
         logits = self.network(ids, cache=self.cache)
         if any(padding):  # the padded tail moves to the left padding, masked from later passes
+            assert self.cache is not None  # rows are active
             for c in self.cache:
                 c.finalize()
         for i, (row, n) in enumerate(zip(self.active, lengths)):

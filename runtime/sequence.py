@@ -188,6 +188,7 @@ class Sequence:
         end: (the appended tokens not already in the KV cache + the step's draft, 1 + draft length).
         The draft is fed whole: the strategy cut it (`runtime.draft_policy`)."""
         step = self.step
+        assert step is not None  # called after a step was applied (`apply`)
         draft = step.draft
         self.drafted = len(draft)
         self.stats["forward_passes"] += 1
@@ -203,7 +204,11 @@ class Sequence:
         string ends the output at the token that completes it, also when one step appended several
         (accepted drafts, jump-forward); a stop string hit sets `finish` to "stop". Stop strings are
         matched on content tokens only (`_add_text`)."""
-        release = len(self.held) if self.finish is not None else max(0, len(self.held) - self.step.hold)
+        if self.finish is not None:
+            release = len(self.held)
+        else:
+            assert self.step is not None  # unfinished: emitted after a step was applied
+            release = max(0, len(self.held) - self.step.hold)
         base = len(self.out) - len(self.held)  # the output index of the first held token
         emitted, self.held = self.held[:release], self.held[release:]
         parts: list[tuple[str | None, str]] = []
@@ -255,7 +260,7 @@ class Sequence:
         _add_part(parts, label, segment)
         return len(held) + len(segment), None
 
-    def _stream_tokens(self, entry, out_chars: int, hit: bool) -> list:
+    def _stream_tokens(self, entry, out_chars: int, hit: str | None) -> list:
         """The tokens to report now (`Delta.token_ids`, logprobs): a token is reported iff all of its
         text is in the content, so the reported tokens' text is always a prefix of the content (no
         token of a stop string, nor one it cuts through). `entry`: the token and its logprobs (None:
@@ -301,6 +306,7 @@ class Sequence:
     def result(self) -> GenerationResult:
         now = time.perf_counter()
         first, out = self.first, self.out
+        assert self.finish is not None  # called once the sequence finished (`emit`, `end`)
         ttft = (first or now) - self.start
         decode_time = now - (first or now)
         timings = Timings(

@@ -17,6 +17,7 @@ Verification (and with it exactness) is the strategy's (`runtime.sampling`); a d
 from __future__ import annotations
 
 from collections import deque
+from typing import cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
@@ -73,7 +74,10 @@ class PromptLookup:
         self.journal.append((len(length), self.last, undo))
         self.tokens.append(token)
         cur = len(length)
-        nxt.append({}), link.append(0), length.append(length[self.last] + 1), last_end.append(pos)
+        nxt.append({})
+        link.append(0)
+        length.append(length[self.last] + 1)
+        last_end.append(pos)
         p = self.last
         while p != -1 and token not in nxt[p]:
             nxt[p][token] = cur
@@ -85,7 +89,9 @@ class PromptLookup:
                 link[cur] = q
             else:
                 clone = len(length)
-                nxt.append(dict(nxt[q])), link.append(link[q]), length.append(length[p] + 1)
+                nxt.append(dict(nxt[q]))
+                link.append(link[q])
+                length.append(length[p] + 1)
                 last_end.append(last_end[q])
                 while p != -1 and nxt[p].get(token) == q:
                     nxt[p][token] = clone
@@ -189,7 +195,7 @@ class DraftModel:
         draft: list[int] = []
         for _ in range(n):
             logits = self.model.network(mx.array(feed)[None], cache=self.cache)[0, -1]
-            token = int(mx.argmax(logits).item())
+            token = int(cast(int, mx.argmax(logits).item()))
             draft.append(token)
             feed = [token]
             self.tokens.append(token)

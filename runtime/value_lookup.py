@@ -88,10 +88,10 @@ class ValueLookup:
             if found is None:
                 return self._past_key(context, tail, value.start(), n)
             return self._encode(context, tail, value.start(), found + self._closing(tail), n)
-        found = self._continuation(partial, self._cursor(tail[: value.start()]))
-        if found is None:
+        continuation = self._continuation(partial, self._cursor(tail[: value.start()]))
+        if continuation is None:
             return None
-        text, line_end = found
+        text, line_end = continuation
         return self._encode(context, tail, value.start(), text + (self._closing(tail) if line_end else ""), n)
 
     def _after_key(self, context: list[int], tail: str, key: re.Match, n: int) -> list[int] | None:

@@ -4,7 +4,7 @@ modules (`routes`, `responses`) import this one and never each other."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -14,7 +14,9 @@ from coreai.server.errors import APIError, bad_request
 from coreai.server.queue import Closed, Job, QueueFull
 from coreai.server.state import ServerState
 
-ERROR_RESPONSES = {status: {"model": o.ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 503)}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": o.ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 503)
+}
 
 
 def server_state(request: Request) -> ServerState:

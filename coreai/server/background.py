@@ -52,7 +52,12 @@ def serve_in_thread(
     app = create_app(model, config, grammar_cache)
     sock = socket.socket()
     sock.bind((host, 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=config.shutdown_timeout))
+    uv_config = uvicorn.Config(
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=config.shutdown_timeout,  # type: ignore[arg-type]  # a float works (asyncio timeout)
+    )
+    server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="coreai-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout

@@ -9,6 +9,7 @@ request: a JSON response format beside tools is the format of the text answer (`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from coreai.errors import GrammarError, SchemaError
@@ -19,6 +20,9 @@ from guided import ConstrainedSession, GrammarCache, TokenizerInfo
 from guided.enforcement import GRAMMAR, ROLLBACK
 from guided.schema.pointer import parse_pointer, pointer
 from runtime import Model
+
+if TYPE_CHECKING:
+    from coreai.server.responses_schemas import ResponseCreateRequest
 
 
 @dataclass
@@ -53,8 +57,9 @@ class Constraints:
         try:
             return ConstrainedSession(self.model, cache=self.cache, **options)
         except (SchemaError, GrammarError) as exc:
-            if getattr(exc, "tool_index", None) is not None and tool_parameters:  # guided names the tool at fault
-                param = tool_parameters.format(exc.tool_index)
+            tool_index = getattr(exc, "tool_index", None)
+            if tool_index is not None and tool_parameters:  # guided names the tool at fault
+                param = tool_parameters.format(tool_index)
             raise from_library_error(exc, param) from None
 
     def structured(self, found: tuple[str, dict] | None) -> Constraint | None:
@@ -89,7 +94,7 @@ class Constraints:
             )
         try:
             session = self._session(  # the answer's own schema errors name its field
-                found[0] if answer else names.tools,
+                param if answer else names.tools,
                 names.tool_parameters,
                 tools=req.tools,
                 tool_choice=choice,
@@ -98,10 +103,11 @@ class Constraints:
             )
         except ValueError as exc:  # a format the tokenizer cannot express
             raise bad_request(str(exc), names.tools) from None
+        assert session.tools is not None  # a session given tools
         return Constraint(session, session.tools.mode)
 
 
-def structured_options(req: SamplingFields, response_format=None) -> tuple[str, dict] | None:
+def structured_options(req: SamplingFields | ResponseCreateRequest, response_format=None) -> tuple[str, dict] | None:
     """(the parameter to name in errors, the `ConstrainedSession` options) of `response_format`
     (chat) or `structured_outputs` (both endpoints); None for free text."""
     if req.structured_outputs is not None and response_format is not None and response_format.type != "text":

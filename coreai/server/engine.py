@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
@@ -24,6 +25,7 @@ from guided.generation import Generation
 from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
 from runtime.reasoning import ReasoningPlan
+from runtime.strategy import DecodingStrategy
 
 log = logging.getLogger("coreai.server")
 
@@ -108,6 +110,7 @@ class Engine:
         """Add a job's generation to the batch (on the worker thread: sessions allocate their bitmask
         there). Raises ValueError for bad parameters."""
         p: GenerationParams = job.params
+        strategy: DecodingStrategy
         if p.session is not None:
             # Buffers of its own: the n choices of a request share its session and run at once.
             self._generations[job] = p.session.generation(p.sampling, p.logprobs, p.reasoning)
@@ -188,7 +191,8 @@ def _token_logprobs(token_ids: list[int], rows: list[mx.array | None], k: int) -
             top = mx.argpartition(-row, kth=k - 1)[:k]
             values = row[top]
             mx.eval(values, top)
-            pairs = sorted(zip(top.tolist(), values.tolist()), key=lambda x: -x[1])
+            ids, logprobs = cast(list[int], top.tolist()), cast(list[float], values.tolist())  # 1-D arrays
+            pairs = sorted(zip(ids, logprobs), key=lambda x: -x[1])
             top_pairs = [(i, v) for i, v in pairs if v != float("-inf")]  # masked-out tokens are no alternative
-        out.append(TokenLogprob(t, row[t].item(), top_pairs))
+        out.append(TokenLogprob(t, cast(float, row[t].item()), top_pairs))
     return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, cast
 
 from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
@@ -114,6 +114,7 @@ def decide(result: GenerationResult, reasoning: ReasoningPlan | None = None) -> 
     with the generation's reasoning plan. An "error" is logged (the engine's or the final check's
     message, or a cancelled generation nobody heard)."""
     decided = result.outcome if isinstance(result, GuidedResult) else free_outcome(result, reasoning)
+    assert decided is not None  # a GuidedResult comes out of the verdict, its outcome set
     if decided.finish == "error":
         log.warning("generation ended with %s: %s", result.finish_reason, result.error)
     return decided
@@ -127,7 +128,9 @@ class ReplyEvents:
     def __init__(self, constraint: Constraint | None, reasoning: ReasoningPlan | None):
         self.constrained = constraint is not None
         self.tools = constraint is not None and constraint.tool_mode is not None
-        self.calls = CallStream(getattr(constraint.session, "tools", None)) if self.tools else None
+        self.calls = (
+            CallStream(getattr(constraint.session, "tools", None)) if self.tools and constraint is not None else None
+        )
         self.reasoning = reasoning
         self.splitter = reasoning.splitter() if reasoning else None
         self.text: list[str] = []
@@ -149,7 +152,7 @@ class ReplyEvents:
                 events.append(ReasoningDelta(reasoning))
         if text:
             events += self._content(text)
-        for call in self.calls.feed(piece.parts) if self.tools else []:
+        for call in self.calls.feed(piece.parts) if self.calls is not None else []:
             events += self._call(call, piece.call_ids)
         return events
 
@@ -164,11 +167,13 @@ class ReplyEvents:
                 events += self._content(text)
         if result is None:
             return events
-        complete = result.tool_calls if self.tools else []
+        complete = cast(GuidedResult, result).tool_calls if self.tools else []  # tools: constrained
         if self.tools:
-            if not self.streamed_content and getattr(result, "content", None):  # the generic envelope's answer
-                events += self._content(result.content, carry=False)
+            content = cast(GuidedResult, result).content
+            if not self.streamed_content and content:  # the generic envelope's answer
+                events += self._content(content, carry=False)
             ids = [c.id for c in complete]
+            assert self.calls is not None  # set with tools
             for call in self.calls.finish(complete):
                 events += self._call(call, ids, carry=False)
         if self.open is not None:
@@ -247,4 +252,5 @@ def outcome_of(pieces: list[Piece], result: GenerationResult, events: ReplyEvent
     for piece in pieces:
         events.feed(piece)
     finish = events.end(result)[-1]
+    assert isinstance(finish, Finish)  # with a result, the last event is the Finish
     return finish.outcome

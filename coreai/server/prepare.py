@@ -9,6 +9,7 @@ completions front end's mapping into it. Legacy completions have a prompt instea
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from jinja2 import TemplateError
 
@@ -147,7 +148,7 @@ class Preparer:
             prompt = prompt[0]
         if not prompt:
             raise bad_request("the prompt is empty", "prompt")
-        if isinstance(prompt, list) and any(not 0 <= t < self.model.vocab_size for t in prompt):
+        if isinstance(prompt, list) and any(not 0 <= t < self.model.vocab_size for t in cast("list[int]", prompt)):
             raise bad_request(f"prompt token ids must be in [0, {self.model.vocab_size})", "prompt")
         if isinstance(prompt, str) and req.parse_special_tokens:
             ids = self.model.tokenizer.encode(prompt, parse_special=True)

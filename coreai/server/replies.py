@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import AsyncIterator
+from typing import AsyncIterator, cast
 
 from coreai.server import reply_schemas as o
 from coreai.server import schemas as s
@@ -77,7 +77,7 @@ class _Reply:
         async for chunk in merge([self.stream_choice(job, i, results) for i, job in enumerate(jobs)]):
             yield chunk
         if self.include_usage and None not in results:
-            yield {**self.frame([]), "usage": usage_info(results).model_dump()}
+            yield {**self.frame([]), "usage": usage_info(cast(list[GenerationResult], results)).model_dump()}
 
     @property
     def include_usage(self) -> bool:
@@ -143,7 +143,8 @@ class ChatReply(_Reply):
             refusal=outcome.refusal,
         )
         logprobs = self.logprobs(outcome.logprobs) if self.req.logprobs else None
-        return o.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=outcome.finish_reason)
+        finish = cast(o.FinishReason, outcome.finish_reason)  # pydantic checks the value
+        return o.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)
 
     def frame(self, choices: list[dict]) -> dict:
         return {**super().frame(choices), "system_fingerprint": None}
@@ -171,7 +172,8 @@ class ChatReply(_Reply):
         once the name is complete, then `arguments` fragments as they are decoded), the finish_reason."""
         try:
             yield self.chunk(index, o.ChunkDelta(role="assistant", content=""))
-            observe = None if self.provenance is None else lambda item: self.provenance.add(index, item)
+            provenance = self.provenance
+            observe = None if provenance is None else lambda item: provenance.add(index, item)
             async for event in job_events(job, self.events(), observe):
                 if isinstance(event, Finish):
                     outcome = event.outcome
@@ -220,13 +222,14 @@ class CompletionReply(_Reply):
             logprobs = None
             if self.req.logprobs is not None:
                 logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
-            text, finish = "".join(p.text for p in pieces), decide(result).finish
+            text, finish = "".join(p.text for p in pieces), cast(o.FinishReason, decide(result).finish)
             choices.append(o.CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=finish))
         usage = usage_info([result for _, result in outcomes])
         return o.Completion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
 
     def chunk(self, index: int, text: str, finish: str | None, logprobs: o.CompletionLogprobs | None = None) -> dict:
-        choice = o.CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)
+        reason = cast("o.FinishReason | None", finish)  # pydantic checks the value
+        choice = o.CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=reason)
         return o.Completion(id=self.id, created=self.created, model=self.name, choices=[choice]).model_dump()
 
     async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:

@@ -15,6 +15,7 @@ the same events, ending with the same outcome.
 from __future__ import annotations
 
 import time
+from typing import Literal, cast
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -34,6 +35,8 @@ from coreai.server.streaming import collect
 from runtime import GenerationResult
 
 router = APIRouter()
+ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
 class ResponseBuilder:
@@ -45,7 +48,7 @@ class ResponseBuilder:
         self.id = new_id("resp_")
         self.created_at = int(time.time())
 
-    def response(self, status: str = "in_progress", output: list | None = None, **fields) -> r.Response:
+    def response(self, status: ResponseStatus = "in_progress", output: list | None = None, **fields) -> r.Response:
         req = self.req
         text = req.text.model_dump(by_alias=True, exclude_none=True) if req.text else {"format": {"type": "text"}}
         choice = req.tool_choice or "auto"
@@ -76,13 +79,13 @@ class ResponseBuilder:
         """The final response: `output` the items built (`items`), `finish` the outcome's
         finish_reason ("stop", "length", "tool_calls" or "error"): "error" is `failed` with no
         output, "length" `incomplete`, the others `completed`. reasoning_tokens: the outcome's."""
-        usage = usage_info([result])
+        counts = usage_info([result])
         usage = r.ResponseUsage(
-            input_tokens=usage.prompt_tokens,
-            input_tokens_details=r.InputTokensDetails(cached_tokens=usage.prompt_tokens_details.cached_tokens),
-            output_tokens=usage.completion_tokens,
+            input_tokens=counts.prompt_tokens,
+            input_tokens_details=r.InputTokensDetails(cached_tokens=counts.prompt_tokens_details.cached_tokens),
+            output_tokens=counts.completion_tokens,
             output_tokens_details=r.OutputTokensDetails(reasoning_tokens=reasoning_tokens),
-            total_tokens=usage.total_tokens,
+            total_tokens=counts.total_tokens,
         )
         if finish == "error":  # the output broke its constraint, or the engine failed: not presented
             error = r.ResponseError(code="server_error", message=result.error or "the generation failed")
@@ -102,6 +105,7 @@ class ResponseBuilder:
         ended = outcome.finish_reason not in ("length", "error")
         calls = bool(outcome.calls or outcome.cut)
         items: list[r.OutputItem] = []
+        status: ItemStatus
         if outcome.reasoning:
             status = "completed" if ended or outcome.content or calls else "incomplete"
             content = [r.ReasoningContent(text=outcome.reasoning)]
@@ -111,14 +115,14 @@ class ResponseBuilder:
             part = r.OutputTextPart(text=outcome.content, logprobs=logprobs)
             status = "completed" if ended or calls else "incomplete"
             items.append(r.OutputMessage(id=ids.get("message") or new_id("msg_"), status=status, content=[part]))
-        for call, status in [(c, "completed") for c in outcome.calls] + [(c, "incomplete") for c in outcome.cut]:
+        for call, call_status in [(c, "completed") for c in outcome.calls] + [(c, "incomplete") for c in outcome.cut]:
             items.append(
                 r.OutputFunctionCall(
                     id=ids.get(call.index) or new_id("fc_"),
                     call_id=call.id,
                     name=call.name,
                     arguments=call.arguments,
-                    status=status,
+                    status=cast(ItemStatus, call_status),
                 )
             )
         return items

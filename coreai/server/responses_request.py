@@ -6,6 +6,8 @@ Responses parameters: `input`, `input[i].arguments`, `text.format`, `tools[i].pa
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from coreai.server import responses_schemas as r
 from coreai.server.constraints import structured_options
 from coreai.server.errors import APIError, bad_request
@@ -21,7 +23,9 @@ RESPONSES_NAMES = Names(
 )
 
 
-def generation_request(req: r.ResponseCreateRequest, history: list[dict] = ()) -> tuple[GenerationRequest, list[dict]]:
+def generation_request(
+    req: r.ResponseCreateRequest, history: Sequence[dict] = ()
+) -> tuple[GenerationRequest, list[dict]]:
     """The generation `req` asks for, and the conversation to store with its response (`history`,
     the stored turns before `previous_response_id` as chat messages, then `input`'s; not
     `instructions`, as OpenAI carries them over). Raises a 400 `APIError` naming the Responses
@@ -43,7 +47,7 @@ def generation_request(req: r.ResponseCreateRequest, history: list[dict] = ()) -
         response_format = ("text.format.schema", {"schema": fmt.schema_, "strict": fmt.strict is not False})
     elif isinstance(fmt, r.TextFormatJsonObject):
         response_format = ("text.format", {"json_object": True})
-    choice = req.tool_choice
+    choice: str | dict | r.FunctionChoice | None = req.tool_choice
     if isinstance(choice, r.FunctionChoice):
         choice = {"type": "function", "function": {"name": choice.name}}
     if response_format is not None and req.structured_outputs is not None:

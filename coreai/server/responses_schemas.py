@@ -104,7 +104,7 @@ ITEM_TAGS["reasoning"] = "Reasoning"
 def _item_tag(value) -> str | None:
     # Capitalised tags: the 400's field path skips them (`errors.field_path` keeps lower-case keys).
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
-    return ITEM_TAGS.get(kind)
+    return ITEM_TAGS.get(kind) if kind is not None else None
 
 
 InputItem = Annotated[

@@ -63,6 +63,7 @@ class _Renderer:
         if self.current is None:
             yield from self.open_text(kind)
         c = self.current
+        assert c is not None  # opened above
         c.text += text
         c.logprobs += logprobs
         where = {"item_id": c.item.id, "output_index": c.index, "content_index": 0}
@@ -72,6 +73,7 @@ class _Renderer:
             yield {"type": "response.output_text.delta", **where, "delta": text, "logprobs": logprobs}
 
     def open_text(self, kind: str):
+        item: r.OutputReasoning | r.OutputMessage
         if kind == "reasoning":
             item = r.OutputReasoning(id=new_id("rs_"), content=[], status="in_progress")
         else:
@@ -85,6 +87,7 @@ class _Renderer:
 
     def close_text(self, status: str):
         c, self.current = self.current, None
+        assert c is not None  # closed only while open
         where = {"item_id": c.item.id, "output_index": c.index, "content_index": 0}
         if c.kind == "reasoning":
             c.item.content = [r.ReasoningContent(text=c.text)]

@@ -28,7 +28,7 @@ def lone_surrogate(value) -> tuple | None:
     """The path (keys and indexes) of the first string in `value` (JSON data) holding a lone UTF-16
     surrogate, which JSON can escape (`"\\ud800"`) but which is no Unicode text, so no tokenizer
     takes it; None when there is none. Iterative: a schema may nest deeper than Python recurses."""
-    stack = [((), value)]
+    stack: list[tuple[tuple, Any]] = [((), value)]
     while stack:
         path, item = stack.pop()
         if isinstance(item, str):

@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, cast
 
 from fastapi import Request
 
@@ -29,7 +29,7 @@ async def collect(jobs: list[Job], request: Request) -> list[tuple[list[Piece], 
         for job in jobs:
             job.cancel.set()
         return None
-    return outcomes
+    return cast("list[tuple[list[Piece], GenerationResult]]", outcomes)  # no result is None
 
 
 async def _collect(job: Job, request: Request) -> tuple[list[Piece], GenerationResult | None]:

@@ -59,7 +59,8 @@ def calls_from_captures(
 ) -> tuple[list[ToolCall], str | None]:
     """The calls among `captures` (`GrammarMatcher.captures()`), each with the id `call_id(index)`,
     and the text answer of the generic envelope (`{"response": ...}`; None otherwise)."""
-    calls, response = [], None
+    calls: list[ToolCall] = []
+    response = None
     by_name = {t.name: t for t in tools.tools}
     for name, value in captures:
         text = value.decode("utf-8", errors="replace")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from typing import Mapping
 
 from guided.cache import GrammarCache
 from guided.checker import CheckPlan, ValueChecker, Violation
@@ -55,7 +56,7 @@ class CallChecker:
     Each `feed` is one answer token's bytes, in the tracker's order.
     """
 
-    def __init__(self, plans: dict[str, CheckPlan | None], tracker: CallTracker, generic: bool):
+    def __init__(self, plans: Mapping[str, CheckPlan | None], tracker: CallTracker, generic: bool):
         self.plans, self.tracker = plans, tracker
         self.text = bytearray()  # the answer's bytes
         self.calls: list[_Call] = []

@@ -25,6 +25,7 @@ import inspect
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from guided.errors import SchemaError
 from guided.spec import check_metaschema, close_objects, engine_schema
@@ -63,7 +64,7 @@ class Tool:
 
     @property
     def template(self) -> dict:
-        function = {"name": self.name}
+        function: dict[str, Any] = {"name": self.name}
         if self.description:
             function["description"] = self.description
         if self.shown is not None:

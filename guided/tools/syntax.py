@@ -11,6 +11,7 @@ import json
 import keyword
 import re
 from dataclasses import dataclass
+from typing import cast
 
 from runtime.errors import InputError
 
@@ -141,7 +142,8 @@ def read_pythonic(text: str, tools: dict) -> tuple[str, dict] | None:
     if match is None:
         return None
     try:
-        node = ast.parse(f"f({match.group(2)})", mode="eval").body
+        # Not always a call ("f(a) or g(b)" parses to a BoolOp: AttributeError below, not None).
+        node = cast(ast.Call, ast.parse(f"f({match.group(2)})", mode="eval").body)
         if node.args or any(k.arg is None for k in node.keywords):
             return None
         return match.group(1), {k.arg: ast.literal_eval(k.value) for k in node.keywords}
