@@ -11,7 +11,6 @@ import json
 import keyword
 import re
 from dataclasses import dataclass
-from typing import cast
 
 from runtime.errors import InputError
 
@@ -142,9 +141,9 @@ def read_pythonic(text: str, tools: dict) -> tuple[str, dict] | None:
     if match is None:
         return None
     try:
-        # Not always a call ("f(a) or g(b)" parses to a BoolOp: AttributeError below, not None).
-        node = cast(ast.Call, ast.parse(f"f({match.group(2)})", mode="eval").body)
-        if node.args or any(k.arg is None for k in node.keywords):
+        # Not always one call: "f(a=1), g(b=2)" parses to a tuple, "f(a) or g(b)" to a BoolOp.
+        node = ast.parse(f"f({match.group(2)})", mode="eval").body
+        if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
             return None
         return match.group(1), {k.arg: ast.literal_eval(k.value) for k in node.keywords}
     except (SyntaxError, ValueError):
