@@ -629,7 +629,7 @@ def test_kimi_calls_keep_the_ids_the_model_wrote(family_model):
     assert accepted and [c.id for c in calls] == ["functions.search:0", "functions.set_unit:1"]
 
 
-@pytest.mark.parametrize("text", ['f(a=1), g(b=2)', "f(a) or g(b)", "[f(a=1)] + g(b=2)"])
+@pytest.mark.parametrize("text", ["f(a=1), g(b=2)", "f(a) or g(b)", "[f(a=1)] + g(b=2)"])
 def test_pythonic_text_that_is_not_one_call_reads_as_none(text):
     """The pythonic reader takes one whole call; text that parses to something else (two calls, an
     expression) is no call yet, never an exception in the streamer."""
