@@ -3,9 +3,11 @@
 Chat completions, Responses, the CLI (and the coming Messages) render an `Outcome`; none of them
 decides again what a result means. The rules (OpenAI's, which the others map from):
 
-- finish "tool_calls": complete calls were made, whether the output then stopped or was cut by the
-  token budget (a call cut by max_tokens is no call; the complete ones were closed under the grammar);
-- "length": cut by the budget with no complete call; "stop": ended normally;
+- finish "length": the token budget cut the output, also after complete calls (as OpenAI reports
+  it): the complete calls are still the reply's `tool_calls` (a call cut by the budget is no call; the
+  complete ones were closed under the grammar), and a stream that already sent part of the cut call
+  ends with "length", so a client knows that call is unfinished;
+- "tool_calls": the output ended after complete calls; "stop": it ended normally;
 - "error": the grammar engine failed, or the output stopped but breaks its constraint (the verdict
   turned that "stop" into "error"), or a cancelled generation with nobody listening. A constrained
   output that ended "error" carries a `refusal`, so that a client's `parse()` never presents it as valid.
@@ -49,7 +51,7 @@ def decide(
 ) -> Outcome:
     """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one)."""
     reason = result.finish_reason
-    if reason == "stop" or (reason == "length" and calls):
+    if reason == "stop":
         finish = "tool_calls" if calls else "stop"
     else:
         finish = "length" if reason == "length" else "error"

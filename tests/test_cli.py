@@ -310,7 +310,7 @@ def test_generate_with_tools_prints_the_calls(tiny_model_dir, tmp_path, capsys):
 
 def test_generate_with_tools_keeps_the_complete_calls_when_max_tokens_cuts_one(tiny_model_dir, tmp_path, capsys):
     """Parallel calls cut by --max-tokens: the complete calls are printed and the cut one dropped,
-    as the server does (finish_reason tool_calls), not the raw markup as invalid output."""
+    as the server does (with finish_reason length), not the raw markup as invalid output."""
     parameters = {"type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]}
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps([{"type": "function", "function": {"name": "toggle", "parameters": parameters}}]))

@@ -26,7 +26,7 @@ def result(finish: str, token_ids=(1, 2, 3), text="abc", error=None) -> Generati
     [
         ("stop", [], "stop"),
         ("stop", [CALL], "tool_calls"),
-        ("length", [CALL], "tool_calls"),  # cut after a complete call: that call is the reply
+        ("length", [CALL], "length"),  # cut after a complete call: the call is kept, the finish says the cut
         ("length", [], "length"),
         ("error", [CALL], "error"),
         ("cancelled", [], "error"),

@@ -25,6 +25,7 @@ from coreai.server.responses_stream import events
 from guided import GrammarCache, GuidedResult
 from guided.outcome import decide
 from guided.tokenizer_info import get_tokenizer_info
+from guided.tools.calls import ToolCall
 from runtime import Timings, Usage
 
 WEATHER = {
@@ -171,3 +172,30 @@ def test_the_responses_stream_and_the_whole_response_agree_on_a_cut_call(tiny_mo
 
 async def collect(stream):
     return [item async for item in stream]
+
+
+def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
+    """A complete call, then one cut by the budget: chat keeps the complete call and says "length"
+    (stream and whole alike: the stream already sent part of the cut call); Responses is
+    `incomplete` (max_output_tokens) with the complete call `completed` and the cut one `incomplete`."""
+    done = ToolCall("call_a", "get_weather", '{"city": "Paris"}', {"city": "Paris"}, 0)
+    parts = [
+        ("markup", "<tool_call>\n"),
+        ("call:0", done.arguments.join(['{"name": "get_weather", "arguments": ', "}"])),
+        ("markup", "\n</tool_call>\n<tool_call>\n"),
+        ("call:1", '{"name": "get_weather", "arguments": {"city": "Ro'),
+    ]
+    pieces = [Piece("".join(t for _, t in parts), parts=parts, call_ids=("call_a", "call_b"))]
+    result = GuidedResult(pieces[0].text, [1] * 30, "length", Usage(10, 30), Timings(), tool_calls=[done])
+    result.outcome = decide(result, "", [done], None, 0, constrained=True)
+    constraint = Constraint(None, tool_mode="required")
+    request = schemas.ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "x"}], stream=True)
+    chat = ChatReply(request, constraint, tiny_model, "t")
+    choice = chat.complete([(pieces, result)]).choices[0]
+    assert choice.finish_reason == "length" and [c.id for c in choice.message.tool_calls] == ["call_a"]
+    chunks = asyncio.run(collect(chat.stream([ListJob([*pieces, result])])))
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    builder = ResponseBuilder(responses_body(tools=[WEATHER], tool_choice="required"), "tiny", tiny_model.tokenizer)
+    whole = builder.render(outcome_of(pieces, result, ReplyEvents(constraint, None))).model_dump()
+    assert whole["status"] == "incomplete" and whole["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [(i["call_id"], i["status"]) for i in whole["output"]] == [("call_a", "completed"), ("call_b", "incomplete")]

@@ -136,8 +136,11 @@ def test_server_auto_answers_in_the_format_or_calls(tiny, tiny_model):
     jsonschema.validate(json.loads(answer.message.content), ANSWER)
     chunks = [c for c in _client(tiny).chat.completions.create(**body, logit_bias=banned, stream=True) if c.choices]
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == answer.message.content
-    called = _client(tiny).chat.completions.create(**{**body, "tool_choice": "required"}).choices[0]
-    assert called.finish_reason == "tool_calls" and called.message.tool_calls and not called.message.content
+    reply = _client(tiny).chat.completions.create(**{**body, "tool_choice": "required"})
+    called = reply.choices[0]
+    cut = reply.usage.completion_tokens >= 60  # the random network may list calls up to the budget
+    assert called.finish_reason == ("length" if cut else "tool_calls")
+    assert called.message.tool_calls and not called.message.content
     for call in called.message.tool_calls:
         assert call.function.name in ("set_unit", "toggle")
 

@@ -198,8 +198,9 @@ def print_enforcement(session, result) -> None:
         print(f"[violation: {violation}]", file=sys.stderr)
 
 
-def print_stats(result, verbose: bool = False) -> None:
-    """One line of figures on stderr; `verbose` adds forward passes and the speculative counters."""
+def print_stats(result, finish: str, verbose: bool = False) -> None:
+    """One line of figures on stderr, with the outcome's `finish` (`guided.outcome`: "tool_calls"
+    for calls, as the server says); `verbose` adds forward passes and the speculative counters."""
     t = result.timings
     extra = f", {result.forced_tokens} jump-forward" if result.forced_tokens else ""
     if verbose:
@@ -208,7 +209,7 @@ def print_stats(result, verbose: bool = False) -> None:
             f"{result.accepted_tokens} of {result.drafted_tokens} draft tokens accepted"
         )
     print(
-        f"[{result.usage.completion_tokens} tokens{extra}, finish={result.finish_reason}, TTFT {t.ttft:.2f} s, "
+        f"[{result.usage.completion_tokens} tokens{extra}, finish={finish}, TTFT {t.ttft:.2f} s, "
         f"prefill {t.prefill_tps:.1f} tok/s, decode {t.decode_tps:.1f} tok/s, total {t.total:.2f} s, "
         f"peak {t.peak_memory / 2**20:.0f} MiB]",
         file=sys.stderr,

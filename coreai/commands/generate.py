@@ -73,11 +73,12 @@ def run(args) -> int:
     # What the result means is decided once (`guided.outcome`); the CLI renders it, as the server does.
     outcome = result.outcome if session is not None else free_outcome(result)
     # Beside complete calls, an output cut by --max-tokens is those calls (the cut one is dropped).
-    usable = session is None or result.valid or outcome.finish == "tool_calls"
+    cut_after_calls = outcome.finish == "length" and bool(outcome.tool_calls)
+    usable = session is None or result.valid or cut_after_calls
     if not args.stream:
         if outcome.reasoning:
             print(f"[reasoning] {outcome.reasoning}", file=sys.stderr)
-        if outcome.finish == "tool_calls" and result.finish_reason == "length":
+        if cut_after_calls:
             print("coreai generate: a call cut by --max-tokens was dropped", file=sys.stderr)
         if not usable:  # stdout carries only valid output (e.g. into a pipe)
             print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
@@ -88,7 +89,7 @@ def run(args) -> int:
                 print(outcome.content)
         else:
             print(outcome.content)
-    common.print_stats(result, args.verbose)
+    common.print_stats(result, outcome.finish, args.verbose)
     if session is not None and args.verbose:
         common.print_enforcement(session, result)
     if not usable:
