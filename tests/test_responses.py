@@ -402,3 +402,26 @@ def test_a_cut_call_is_the_same_streamed_or_not(tiny):
 
     assert shape(final) == shape(whole) and final["status"] == whole["status"] == "incomplete"
     assert final["usage"]["output_tokens"] == whole["usage"]["output_tokens"]  # (the prefix cache may differ)
+
+
+def test_input_items_of_a_stored_response(tiny):
+    """`client.responses.input_items.list`: a stored response's input items with ids, newest first
+    by default, paged with `limit` / `after` / `order`; a 404 for an unknown response."""
+    items = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "18 C"},
+    ]
+    r = client(tiny).responses.create(model="tiny", input=items, tools=[WEATHER], max_output_tokens=3)
+    listed = client(tiny).responses.input_items.list(r.id)
+    assert [i.type for i in listed.data] == ["function_call_output", "function_call", "message"]
+    assert all(i.id for i in listed.data) and listed.data[2].content[0].text == "Weather in Paris?"
+    first = client(tiny).responses.input_items.list(r.id, order="asc", limit=1)
+    assert [i.type for i in first.data] == ["message"] and first.has_more
+    rest = client(tiny).responses.input_items.list(r.id, order="asc", after=first.data[0].id)
+    assert [i.type for i in rest.data] == ["function_call", "function_call_output"] and not rest.has_more
+    text = client(tiny).responses.create(model="tiny", input="Hi.", max_output_tokens=2)
+    [message] = client(tiny).responses.input_items.list(text.id).data
+    assert message.role == "user" and message.content[0].text == "Hi."
+    with pytest.raises(openai.NotFoundError):
+        client(tiny).responses.input_items.list("resp_unknown")

@@ -13,18 +13,20 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime.errors import InputError
 
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """response: the `Response` JSON as sent; messages: the conversation up to and including it."""
+    """response: the `Response` JSON as sent; messages: the conversation up to and including it;
+    input_items: this turn's `input` as items with ids (`GET /v1/responses/{id}/input_items`)."""
 
     response: dict
     messages: list[dict]
     nbytes: int
+    input_items: list[dict] = field(default_factory=list)
 
 
 class ResponseStore:
@@ -39,10 +41,12 @@ class ResponseStore:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def put(self, response: dict, messages: list[dict]) -> None:
-        """Keep `response` (its "id" is the key) and its conversation; evicts the least recently used
-        entries past the bounds (an entry larger than `max_bytes` alone is not kept)."""
-        entry = StoredResponse(response, messages, len(json.dumps([response, messages], ensure_ascii=False)))
+    def put(self, response: dict, messages: list[dict], input_items: list[dict] | None = None) -> None:
+        """Keep `response` (its "id" is the key), its conversation and its input items; evicts the least
+        recently used entries past the bounds (an entry larger than `max_bytes` alone is not kept)."""
+        items = input_items or []
+        nbytes = len(json.dumps([response, messages, items], ensure_ascii=False))
+        entry = StoredResponse(response, messages, nbytes, items)
         with self._lock:
             self._pop(response["id"])
             if entry.nbytes > self.max_bytes:

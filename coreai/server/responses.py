@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Literal, cast
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -150,7 +150,8 @@ async def create_response(req: r.ResponseCreateRequest, request: Request, server
     builder = ResponseBuilder(req, server.name, server.model.tokenizer, generation.logprobs)
     keep = None
     if req.store is not False:
-        keep = lambda final: server.responses.put(final, conversation + output_messages(final["output"]))  # noqa: E731
+        items = input_items(req)
+        keep = lambda final: server.responses.put(final, conversation + output_messages(final["output"]), items)  # noqa: E731
     if req.stream:
         stream = events(builder, reply, job)
         return StreamingResponse(sse_events(stored(stream, keep)), media_type="text/event-stream", headers=headers)
@@ -185,6 +186,47 @@ async def get_response(response_id: str, server: Server):
     if entry is None:
         raise not_found(response_id, "response_id")
     return JSONResponse(entry.response)
+
+
+@router.get("/responses/{response_id}/input_items", responses=ERROR_RESPONSES)
+async def list_input_items(
+    response_id: str,
+    server: Server,
+    limit: int = Query(20, ge=1, le=100),
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+):
+    """The input items of a stored response (its `input`, ids given when it was stored), as OpenAI
+    pages them: newest first by default, at most `limit`, after the item `after`; a 404 when the
+    response is unknown or evicted."""
+    entry = server.responses.get(response_id)
+    if entry is None:
+        raise not_found(response_id, "response_id")
+    items = entry.input_items if order == "asc" else entry.input_items[::-1]
+    if after is not None:
+        ids = [item["id"] for item in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    page = items[:limit]
+    first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
+    return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(items) > limit}
+
+
+def input_items(req: r.ResponseCreateRequest) -> list[dict]:
+    """`req.input` as stored items, each with an id (the client's, else a new one): a text input is
+    one user message of `input_text`."""
+    if isinstance(req.input, str):
+        text = [{"type": "input_text", "text": req.input}]
+        return [{"type": "message", "id": new_id("msg_"), "role": "user", "content": text, "status": "completed"}]
+    prefixes = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_"}
+    out = []
+    for item in req.input:
+        data = item.model_dump(exclude_none=True)
+        if isinstance(data.get("content"), str):  # a message's text as the part OpenAI lists
+            part = "output_text" if data.get("role") == "assistant" else "input_text"
+            data["content"] = [{"type": part, "text": data["content"]}]
+        data.setdefault("id", new_id(prefixes.get(data.get("type", "message"), "item_")))
+        out.append(data)
+    return out
 
 
 @router.delete("/responses/{response_id}", responses=ERROR_RESPONSES)
