@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
@@ -229,3 +229,32 @@ class BatchGenerator:
         if delta is not None:
             out.append((row, delta))
         return trim
+
+
+def stream_batched(
+    network,
+    tokenizer,
+    prompt_ids: list[int],
+    strategy: DecodingStrategy,
+    *,
+    execute: Callable[[KVBatch, StepPlan], dict[int, mx.array]],
+    max_tokens: int = 256,
+    context_length: int | None = None,
+    stop: list[str] | None = None,
+    cancel: threading.Event | None = None,
+    drafter: Drafter | None = None,
+) -> Iterator[Delta]:
+    """One generation as a batch of one row whose plans go through `execute` (a distributed model's
+    leader: the other ranks replay them); arguments and `Delta`s as `runtime.generate.stream_tokens`,
+    whose output it gives token for token. Checks its arguments at the call. Raises InputError."""
+    if context_length and len(prompt_ids) >= context_length:
+        raise InputError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {context_length}")
+    batch = BatchGenerator(network, tokenizer, max_batch=1, execute=execute)
+    batch.add(prompt_ids, strategy, max_tokens=max_tokens, stop=stop, cancel=cancel, drafter=drafter)
+
+    def run() -> Iterator[Delta]:
+        while len(batch):
+            for _, delta in batch.step():
+                yield delta
+
+    return run()

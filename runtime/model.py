@@ -13,6 +13,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
+from runtime.batch import stream_batched
+from runtime.distributed import Cluster, Leader, shard
 from runtime.drafters import make_drafter
 from runtime.errors import InputError, ModelNotFound
 from runtime.generate import stream_tokens
@@ -43,6 +45,8 @@ class Model:
         vocab_size: the logit width (config `vocab_size`), which may exceed the tokenizer's vocabulary.
         context_length: maximum positions (config `max_position_embeddings`), or None.
         draft: a smaller `Model` with the same tokenizer for `speculative="draft"`, or None.
+        cluster: the ranks this model is split across (`runtime.distributed`), or None (one process).
+        leader: on rank 0 of a cluster, what broadcasts each step's plan to the other ranks; else None.
     """
 
     def __init__(self, network: nn.Module, tokenizer: Tokenizer, config: dict, path: Path, name: str | None = None):
@@ -55,6 +59,8 @@ class Model:
         self.vocab_size = int(text_config.get("vocab_size") or cast(int, config.get("vocab_size")))
         self.context_length = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
         self.draft: Model | None = None
+        self.cluster: Cluster | None = None
+        self.leader: Leader | None = None
 
     @cached_property
     def padding_mask(self) -> mx.array | None:
@@ -129,6 +135,21 @@ class Model:
             prompt, chat_template=chat_template, tools=tools, chat_template_kwargs=chat_template_kwargs
         )
         strategy = strategy or SamplingStrategy(sampling, want_logprobs=logprobs, padding_mask=self.padding_mask)
+        if self.leader is not None:  # the other ranks replay the batch's plans
+            if prompt_cache is not None:
+                raise InputError("prompt_cache= is not available on a distributed model")
+            return stream_batched(
+                self.network,
+                self.tokenizer,
+                ids,
+                strategy,
+                execute=self.leader.execute,
+                max_tokens=max_tokens,
+                context_length=self.context_length,
+                stop=stop,
+                cancel=cancel,
+                drafter=drafter,
+            )
         return stream_tokens(
             self.network,
             self.tokenizer,
@@ -150,8 +171,13 @@ class Model:
         raise AssertionError("stream ended without a result")
 
 
-def load_model(path: str | Path, dtype: str | None = None, name: str | None = None) -> Model:
+def load_model(
+    path: str | Path, dtype: str | None = None, name: str | None = None, cluster: Cluster | None = None
+) -> Model:
     """Load an mlx-lm compatible folder (config.json, *.safetensors, tokenizer files).
+
+    cluster: load this rank's shard only (`runtime.distributed.shard`, before any weight is read);
+    rank 0's model gets a `leader`. Raises InputError for a model that cannot be split so.
 
     dtype: "float32" | "float16" | "bfloat16" | None (see `default_dtype`); quantized weights stay
     quantized, their float parameters are cast.
@@ -168,6 +194,8 @@ def load_model(path: str | Path, dtype: str | None = None, name: str | None = No
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     network, config = mlx_lm_load_model(path, lazy=True)  # config: config.json as mlx-lm read it
     apply_untruncated_yarn(network, config)  # gpt-oss: mlx-lm rounds YaRN's range against the config
+    if cluster is not None:  # while the weights are still lazy: each rank reads only its share
+        shard(network, config, cluster)
     if dtype is not None:
         target = DTYPES[dtype]
         network.set_dtype(target, lambda d: mx.issubdtype(d, mx.floating))
@@ -176,4 +204,8 @@ def load_model(path: str | Path, dtype: str | None = None, name: str | None = No
     mx.async_eval(network.parameters())
     tokenizer = Tokenizer(path, config)
     mx.eval(network.parameters())
-    return Model(network, tokenizer, config, path, name)
+    model = Model(network, tokenizer, config, path, name)
+    if cluster is not None:
+        model.cluster = cluster
+        model.leader = Leader(cluster) if cluster.rank == 0 else None
+    return model
