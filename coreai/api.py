@@ -7,6 +7,7 @@ from pathlib import Path
 
 from coreai import store
 from runtime import Model, ModelNotFound, load_model, make_drafter
+from runtime.distributed import Cluster
 
 
 def resolve(name_or_path: str | os.PathLike, cache_dir=None, progress: bool = True) -> Path:
@@ -46,16 +47,20 @@ def load(
     dtype: str | None = None,
     cache_dir=None,
     draft: str | os.PathLike | None = None,
+    cluster: Cluster | None = None,
 ) -> Model:
     """Load a model: registry name (default `qwen2.5-coder-0.5b-instruct`), MLX folder or repo id.
 
     dtype: "float32" | "float16" | "bfloat16" | None (float32 on the CPU backend, the stored
     dtype on Metal). draft: a smaller model with the same tokenizer (any of the same forms), loaded
     as `model.draft` for `speculative="draft"`. Raises ModelNotFound, ExportError, ValueError (also
-    when the draft's vocabulary differs from the model's).
+    when the draft's vocabulary differs from the model's). cluster: the ranks to split the model
+    across (`runtime.distributed.join`; the draft, if any, stays whole on every rank).
     """
     name = str(name_or_path)
-    model = load_model(resolve(name, cache_dir), dtype=dtype, name=name if name in store.REGISTRY else None)
+    model = load_model(
+        resolve(name, cache_dir), dtype=dtype, name=name if name in store.REGISTRY else None, cluster=cluster
+    )
     if draft is not None:
         draft_model = load(draft, dtype=dtype, cache_dir=cache_dir)
         make_drafter(draft_model, model)  # refuses a draft with another tokenizer now, not mid-request

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from recipes.errors import ExportError, SourceError
-from runtime.errors import CoreAIError, InputError, ModelNotFound, ParameterError
+from runtime.errors import ClusterLost, CoreAIError, InputError, ModelNotFound, ParameterError
 
 __all__ = [
+    "ClusterLost",
     "CoreAIError",
     "ExportError",
     "GrammarError",

@@ -34,7 +34,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import LRUPromptCache
 
-from runtime.errors import CoreAIError, InputError
+from runtime.errors import ClusterLost, InputError
 from runtime.kv_batch import KVBatch
 from runtime.step_plan import StepPlan, dumps, loads
 
@@ -43,10 +43,6 @@ log = logging.getLogger("coreai.distributed")
 EXIT_LOST = 3  # the process's exit code when the cluster is lost
 DEFAULT_TIMEOUT = 60.0  # seconds; longer than any one step (a prefill chunk is under a second on a CPU)
 _HEADER = 1024  # bytes broadcast first; a decode step's plan fits, a longer message takes a second all_sum
-
-
-class ClusterLost(CoreAIError, RuntimeError):
-    """A rank failed or did not answer in time; the message says which exchange and why."""
 
 
 @dataclass(frozen=True)

@@ -26,3 +26,8 @@ class ParameterError(InputError):
     def __init__(self, message: str, param: str):
         super().__init__(message)
         self.param = param
+
+
+class ClusterLost(CoreAIError, RuntimeError):
+    """A rank of a distributed model (`runtime.distributed`) failed or did not answer in time; the
+    message says which exchange and why. The process ends soon after: the ranks may differ now."""

@@ -82,7 +82,13 @@ def qwen(qwen_model):
 
 
 def test_health_models_and_docs(tiny):
-    assert httpx.get(tiny + "/health").json() == {"status": "ok", "model": "tiny", "running": 0, "waiting": 0}
+    assert httpx.get(tiny + "/health").json() == {
+        "status": "ok",
+        "model": "tiny",
+        "running": 0,
+        "waiting": 0,
+        "distributed": None,
+    }
     models = client(tiny).models.list()
     assert [m.id for m in models.data] == ["tiny"]
     assert client(tiny).models.retrieve("tiny") == models.data[0]

@@ -31,6 +31,25 @@ def add_model_args(p) -> None:
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
 
 
+def add_distributed_args(p) -> None:
+    """`--pipeline` and `--rank-timeout`, for a model served across the ranks of `mlx.launch`."""
+    from runtime.distributed import DEFAULT_TIMEOUT
+
+    p.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="under mlx.launch: split the model by layers across the ranks (pipeline parallel: memory, not "
+        "speed) instead of splitting every layer (tensor parallel, the default)",
+    )
+    p.add_argument(
+        "--rank-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help="under mlx.launch: seconds one exchange between the ranks may take before the model counts as "
+        "lost and the process exits (default: %(default)s)",
+    )
+
+
 def add_speculative_arg(p, default: str | None = "off") -> None:
     p.add_argument(
         "--speculative",
@@ -97,13 +116,42 @@ def add_grammar_args(p) -> None:
     )
 
 
-def load_model(args):
+def cluster(args):
+    """The ranks of `mlx.launch` this process belongs to (`runtime.distributed.Cluster`), or None
+    without it; from `add_distributed_args`' flags. Raises InputError for --pipeline without ranks."""
+    from runtime.distributed import join
+
+    return join(args.pipeline, args.rank_timeout)
+
+
+def load_model(args, cluster=None):
+    """The model of the command's arguments; on a `cluster` this rank's shard of it (a rank other
+    than 0 then serves rank 0 with `follow`)."""
     import coreai
     from coreai.store import DEFAULT_MODEL
 
     if getattr(args, "speculative", None) == "draft" and not args.draft_model:
         raise InputError("--speculative draft needs --draft-model")
-    return coreai.load(args.model or DEFAULT_MODEL, dtype=args.dtype, cache_dir=args.cache_dir, draft=args.draft_model)
+    return coreai.load(
+        args.model or DEFAULT_MODEL,
+        dtype=args.dtype,
+        cache_dir=getattr(args, "cache_dir", None),
+        draft=args.draft_model,
+        cluster=cluster,
+    )
+
+
+def follows(model) -> bool:
+    """Whether this process is a rank other than 0 of a distributed model: it only replays rank 0's
+    steps (`follow`), no output of its own."""
+    return model.cluster is not None and model.cluster.rank != 0
+
+
+def follow(model) -> int:
+    """Replay rank 0's steps on this rank's shard until rank 0 is done; the exit code (0)."""
+    from runtime.distributed import follow as follow_leader
+
+    return follow_leader(model.network, model.cluster)
 
 
 def read_messages(path: Path) -> list[dict]:

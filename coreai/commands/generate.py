@@ -28,6 +28,7 @@ def register(sub) -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     common.add_sampling_args(p)
     common.add_model_args(p)
+    common.add_distributed_args(p)
     common.add_grammar_args(p)
     common.add_speculative_arg(p)
     p.add_argument("--tools", type=Path, help="JSON file with a list of tools (OpenAI function definitions)")
@@ -41,15 +42,26 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from guided import free_outcome
-
     sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
     common.check_grammar_args(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     if args.tools is None and (args.tool_choice is not None or args.no_parallel_tool_calls):
         raise InputError("--tool-choice and --no-parallel-tool-calls need --tools FILE")
     tools = read_tools(args) if args.tools is not None else None
-    model = common.load_model(args)
+    model = common.load_model(args, common.cluster(args))
+    if common.follows(model):
+        return common.follow(model)
+    try:
+        return generate(model, args, sampling, prompt, tools)
+    finally:
+        if model.leader is not None:  # the other ranks wait for rank 0's word that it is done
+            model.leader.close()
+
+
+def generate(model, args, sampling, prompt, tools) -> int:
+    """Generate, print the output and the figures; the exit code."""
+    from guided import free_outcome
+
     session = common.constrained_session(model, args) if tools is None else tools_session(model, tools, args)
     kwargs = dict(
         max_tokens=args.max_tokens,

@@ -86,6 +86,7 @@ def register(sub) -> None:
     )
     p.add_argument("--draft-model", help="a smaller model with the same tokenizer, for --speculative draft")
     common.add_speculative_arg(p, default=defaults.speculative)
+    common.add_distributed_args(p)
     p.add_argument(
         "--schema-in-prompt",
         action=argparse.BooleanOptionalAction,
@@ -100,10 +101,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import coreai
-    from coreai.server import create_app
-    from coreai.server.background import Server
-
     if args.host not in LOOPBACK and not args.api_key:
         log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     if args.speculative == "draft" and not args.draft_model:
@@ -123,13 +120,29 @@ def run(args) -> int:
         schema_hint_budget=args.schema_hint_budget,
         whitespace=args.whitespace,
     )
+    # Under mlx.launch only rank 0 serves HTTP; the other ranks replay its steps.
+    cluster = common.cluster(args)
+    if cluster is not None and cluster.rank != 0:
+        return common.follow(common.load_model(args, cluster))
     # Bind before the (slow) model load, so a taken port fails at once and the URL line below means "up".
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     try:
         sock = socket.create_server((args.host, args.port), family=family)
     except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
         raise InputError(f"cannot listen on {args.host}:{args.port}: {getattr(exc, 'strerror', None) or exc}") from None
-    model = coreai.load(args.model, dtype=args.dtype, draft=args.draft_model)
+    model = common.load_model(args, cluster)
+    try:
+        return serve(model, config, sock, args)
+    finally:
+        if model.leader is not None:  # the other ranks wait for rank 0's word that it is done
+            model.leader.close()
+
+
+def serve(model, config: ServerConfig, sock: socket.socket, args) -> int:
+    """Serve `model` on `sock` until Ctrl-C / SIGTERM; the exit code."""
+    from coreai.server import create_app
+    from coreai.server.background import Server
+
     app = create_app(model, config)
     port = sock.getsockname()[1]  # the port bound (--port 0 picks a free one)
     print(f"coreai serve: {model.name} on http://{args.host}:{port}/v1 (docs at /docs)", flush=True)

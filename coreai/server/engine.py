@@ -24,6 +24,7 @@ from guided import ConstrainedSession
 from guided.generation import Generation
 from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
+from runtime.distributed import prefix_cache_agrees
 from runtime.reasoning import ReasoningPlan
 from runtime.strategy import DecodingStrategy
 
@@ -92,14 +93,21 @@ class Engine:
     worker steps (a job's params are `GenerationParams`; each Job yields `Piece`s then the result).
 
     max_batch: requests decoding together (>= 1). prompt_cache_bytes: the prefix cache's bound in
-    bytes of KV cache (0 turns it off).
+    bytes of KV cache (0 turns it off; on a distributed model, bytes of this rank's shard of it).
+    On rank 0 of a distributed model every step's plan goes to the other ranks (`model.leader`).
     """
 
     def __init__(self, model: Model, max_batch: int, prompt_cache_bytes: int):
         self.model = model
+        if model.cluster is not None and not prefix_cache_agrees(model.cluster, model.config):
+            log.warning("prefix cache off: the pipeline's ranks hold different numbers of layers")
+            prompt_cache_bytes = 0
         # Bounded by bytes only: the entry count is not what runs out.
         cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes) if prompt_cache_bytes > 0 else None
-        self.batch = BatchGenerator(model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache)
+        execute = model.leader.execute if model.leader is not None else None
+        self.batch = BatchGenerator(
+            model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache, execute=execute
+        )
         self._failed: set[Job] = set()  # jobs whose delivery failed, until their row leaves
         self._generations: dict[Job, Generation] = {}  # each constrained row's generation, until it leaves
 

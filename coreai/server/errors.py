@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coreai.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from coreai.errors import ClusterLost, GrammarError, SchemaError, UnsupportedSchemaFeature
 
 log = logging.getLogger("coreai.server")
 
@@ -137,6 +137,10 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8 JSON)
             message = f"the request body is not UTF-8 JSON ({message})"
         return APIError(exc.status_code, message, param=None, code=code, headers=exc.headers).response()
+
+    @app.exception_handler(ClusterLost)
+    async def _lost(request: Request, exc: ClusterLost):  # a rank died mid-request: the server is going
+        return APIError(503, str(exc), "server_error", None, "cluster_lost").response()
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):

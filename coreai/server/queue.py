@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 log = logging.getLogger("coreai.server")
 
@@ -42,10 +42,10 @@ class QueueFull(Exception):
 
 
 class Closed(Exception):
-    """The worker is shutting down and admits no more jobs."""
+    """The worker admits no more jobs: shutting down, or `reason` (e.g. a lost distributed model)."""
 
-    def __init__(self):
-        super().__init__("the server is shutting down")
+    def __init__(self, reason: str = "the server is shutting down"):
+        super().__init__(reason)
 
 
 class Batch(Protocol):
@@ -93,10 +93,14 @@ class Worker:
 
     max_queue: requests allowed to wait while `max_batch` run (>= 0). max_batch: requests running
     together (>= 1); both checked by `ServerConfig`. batch: what runs them, owned by the worker.
+    heartbeat: (seconds, call) made on the worker thread after each such idle period (a distributed
+    model's rank 0 keeping the other ranks, which wait on it, alive), or None.
     Jobs submitted before `start` wait for it.
     """
 
-    def __init__(self, max_queue: int, max_batch: int, batch: Batch):
+    def __init__(
+        self, max_queue: int, max_batch: int, batch: Batch, heartbeat: tuple[float, Callable[[], None]] | None = None
+    ):
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.batch = batch
@@ -106,6 +110,8 @@ class Worker:
         self._wake = threading.Condition(self._lock)  # notified when a job arrives or the worker closes
         self._left = threading.Condition(self._lock)  # notified when a job ends or leaves the queue
         self._admitting = True
+        self._refusal = "the server is shutting down"  # what `submit` says once admissions stop
+        self._heartbeat = heartbeat
         self._waiting: collections.deque[Job] = collections.deque()
         self._running = 0  # taken by the worker thread, not yet done
         self._closing = False
@@ -123,7 +129,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         with self._lock:
             if not self._admitting:
-                raise Closed()
+                raise Closed(self._refusal)
             self._release_cancelled()
             if self._running + len(self._waiting) + len(params) > self.max_batch + self.max_queue:
                 # One job finishing frees one slot: about one mean job duration over the batch from now.
@@ -139,6 +145,11 @@ class Worker:
         with self._lock:
             self._release_cancelled()
             return self._running, len(self._waiting)
+
+    def refuse(self, reason: str) -> None:
+        """Admit no more jobs; `submit` raises Closed(reason)."""
+        with self._lock:
+            self._admitting, self._refusal = False, reason
 
     def drain(self, grace: float) -> None:
         """Stop admitting (`submit` raises Closed), wait up to `grace` seconds for the running and
@@ -172,18 +183,27 @@ class Worker:
             self._left.notify_all()
 
     def _take(self, room: int, block: bool) -> list[Job] | None:
-        """Up to `room` waiting jobs, oldest first, now counted as running; waits for one if `block`.
-        None when the worker is closing."""
+        """Up to `room` waiting jobs, oldest first, now counted as running; waits for one if `block`
+        (with a heartbeat: at most its period, then [] and the heartbeat is due). None when the
+        worker is closing."""
         with self._lock:
             self._release_cancelled()
             while block and not self._waiting and not self._closing:
-                self._wake.wait()
+                if not self._wake.wait(self._heartbeat[0] if self._heartbeat else None):
+                    return []
                 self._release_cancelled()
             if self._closing:
                 return None
             jobs = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
             self._running += len(jobs)
             return jobs
+
+    @staticmethod
+    def _beat(heartbeat: Callable[[], None]) -> None:
+        try:
+            heartbeat()
+        except Exception:  # noqa: BLE001 - its failure is reported by the heartbeat itself (a lost cluster)
+            log.debug("heartbeat failed", exc_info=True)
 
     def _done(self, job: Job) -> None:
         job.put(_END)
@@ -215,6 +235,8 @@ class Worker:
                         job.put(exc)
                         self._done(job)
             if not running:
+                if self._heartbeat is not None and not closing:
+                    self._beat(self._heartbeat[1])
                 continue
             try:
                 ended = self.batch.step()

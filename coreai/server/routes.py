@@ -24,9 +24,14 @@ v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)], responses=
 
 @router.get("/health")
 async def health(server: Server):
-    """The model served, and its load: generations running (batch rows) and waiting for one."""
+    """The model served, its load (generations running as batch rows, and waiting for one) and its
+    ranks (`distributed`: null for one process); 503 once a distributed model is lost."""
     running, waiting = server.worker.load()
-    return {"status": "ok", "model": server.name, "running": running, "waiting": waiting}
+    body = {"status": "ok", "model": server.name, "running": running, "waiting": waiting}
+    body["distributed"] = server.distributed
+    if server.lost is not None:
+        return JSONResponse({**body, "status": "lost", "error": server.lost}, status_code=503)
+    return body
 
 
 @v1.get("/models", response_model=o.ModelList)

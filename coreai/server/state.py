@@ -5,6 +5,7 @@ the grammar cache and the journal warm-up), its start and its orderly stop. The 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,10 +20,12 @@ from coreai.server.response_store import ResponseStore
 from guided import GrammarCache, get_tokenizer_info
 from guided.journal import GrammarJournal
 from runtime import Model
+from runtime.distributed import EXIT_LOST
 
 log = logging.getLogger("coreai.server")
 
 JOIN_TIMEOUT = 60.0  # seconds: a cancelled row leaves within one forward pass or prefill chunk
+LOST_GRACE = 2.0  # seconds a server whose distributed model is lost answers 503 before it exits
 
 
 class GrammarWarmup:
@@ -68,6 +71,7 @@ class ServerState:
     grammar_cache: GrammarCache
     warmup: GrammarWarmup | None
     stopped: bool = field(default=False, init=False)
+    lost: str | None = field(default=None, init=False)  # why the distributed model is lost, once it is
     responses: ResponseStore = field(default_factory=ResponseStore, init=False)  # the Responses API's store
 
     @classmethod
@@ -85,16 +89,38 @@ class ServerState:
         warmup = None
         if info is not None and config.grammar_journal:
             warmup = GrammarWarmup(cache, GrammarJournal(config.grammar_journal, info))
-        return cls(
+        leader = model.leader
+        heartbeat = (leader.heartbeat_seconds, leader.heartbeat) if leader is not None else None
+        state = cls(
             model=model,
             config=config,
             name=name,
             card=o.ModelCard(id=name, created=int(time.time())),
-            worker=Worker(config.max_queue, config.max_batch, engine),
+            worker=Worker(config.max_queue, config.max_batch, engine, heartbeat),
             preparer=Preparer(model, config, Constraints(model, info, cache, config.whitespace)),
             grammar_cache=cache,
             warmup=warmup,
         )
+        if leader is not None:
+            leader.on_lost = state.lose
+        return state
+
+    @property
+    def distributed(self) -> dict | None:
+        """{"ranks": N, "mode": "tensor" | "pipeline"} on a distributed model, else None."""
+        cluster = self.model.cluster
+        return None if cluster is None else {"ranks": cluster.size, "mode": cluster.mode}
+
+    def lose(self, reason: str) -> None:
+        """The distributed model is lost (a rank died or hung, `runtime.distributed`): new requests get
+        503 at once, and after `LOST_GRACE` seconds (for the answers under way) the process ends with
+        `EXIT_LOST`: the worker may be stuck in a collective that never returns, so no orderly stop."""
+        if self.lost is not None:
+            return
+        self.lost = reason
+        log.error("the distributed model is lost (%s); exiting in %.0f s", reason, LOST_GRACE)
+        self.worker.refuse(f"the distributed model is lost: {reason}")
+        threading.Timer(LOST_GRACE, os._exit, (EXIT_LOST,)).start()
 
     def start(self) -> None:
         self.worker.start()
