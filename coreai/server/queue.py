@@ -113,7 +113,7 @@ class Worker:
         self._refusal = "the server is shutting down"  # what `submit` says once admissions stop
         self._heartbeat = heartbeat
         self._waiting: collections.deque[Job] = collections.deque()
-        self._running = 0  # taken by the worker thread, not yet done
+        self._running: set[Job] = set()  # taken by the worker thread, not yet done
         self._closing = False
         self._mean_seconds = 5.0  # moving average of job durations, for Retry-After
         self._thread = threading.Thread(target=self._run, name="coreai-generation", daemon=True)
@@ -131,7 +131,7 @@ class Worker:
             if not self._admitting:
                 raise Closed(self._refusal)
             self._release_cancelled()
-            if self._running + len(self._waiting) + len(params) > self.max_batch + self.max_queue:
+            if len(self._running) + len(self._waiting) + len(params) > self.max_batch + self.max_queue:
                 # One job finishing frees one slot: about one mean job duration over the batch from now.
                 raise QueueFull(max(1, math.ceil(self._mean_seconds / self.max_batch)))
             jobs = [Job(p, loop) for p in params]
@@ -144,12 +144,16 @@ class Worker:
         request's n choices count n."""
         with self._lock:
             self._release_cancelled()
-            return self._running, len(self._waiting)
+            return len(self._running), len(self._waiting)
 
-    def refuse(self, reason: str) -> None:
-        """Admit no more jobs; `submit` raises Closed(reason)."""
+    def fail(self, error: Exception) -> None:
+        """Admit no more jobs (`submit` raises Closed with the error's message) and end every running
+        one with `error` now, from this thread: the worker thread may never return (a lost
+        distributed model's collective)."""
         with self._lock:
-            self._admitting, self._refusal = False, reason
+            self._admitting, self._refusal = False, str(error)
+            for job in self._running:
+                job.put(error)  # its reader raises it and stops reading
 
     def drain(self, grace: float) -> None:
         """Stop admitting (`submit` raises Closed), wait up to `grace` seconds for the running and
@@ -195,7 +199,7 @@ class Worker:
             if self._closing:
                 return None
             jobs = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
-            self._running += len(jobs)
+            self._running.update(jobs)
             return jobs
 
     @staticmethod
@@ -208,7 +212,7 @@ class Worker:
     def _done(self, job: Job) -> None:
         job.put(_END)
         with self._lock:
-            self._running -= 1
+            self._running.discard(job)
             self._left.notify_all()
             if job.started:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.started)

@@ -21,6 +21,7 @@ from guided import GrammarCache, get_tokenizer_info
 from guided.journal import GrammarJournal
 from runtime import Model
 from runtime.distributed import EXIT_LOST
+from runtime.errors import ClusterLost
 
 log = logging.getLogger("coreai.server")
 
@@ -119,7 +120,7 @@ class ServerState:
             return
         self.lost = reason
         log.error("the distributed model is lost (%s); exiting in %.0f s", reason, LOST_GRACE)
-        self.worker.refuse(f"the distributed model is lost: {reason}")
+        self.worker.fail(ClusterLost(f"the distributed model is lost: {reason}"))
         threading.Timer(LOST_GRACE, os._exit, (EXIT_LOST,)).start()
 
     def start(self) -> None:
