@@ -171,6 +171,12 @@ class Constraint:
         return set(allowed.tolist()) <= set(self.tokenizer_info.eos_ids)
 
     @property
+    def tool_mode(self) -> str | None:
+        """ "auto", "required" (also a named function), "none" under tools= (how a reply maps the
+        output to calls), None without tools."""
+        return self.tools.mode if self.tools is not None else None
+
+    @property
     def enforcement(self) -> tuple[KeywordEnforcement, ...]:
         """How each keyword of the schema is enforced: by the grammar, by validate-and-rollback, or
         not at all (lenient mode); see `guided.enforcement`. () for non-JSON constraints."""

@@ -4,7 +4,10 @@ from runtime.errors import CoreAIError
 
 
 class GrammarError(CoreAIError, ValueError):
-    """A grammar (regex, Lark, GBNF, choices) that cannot be compiled, or a compile over its limits."""
+    """A grammar (regex, Lark, GBNF, choices) that cannot be compiled, or a compile over its limits.
+    `param`: the request field that held it, where a front end gave one (`guided.request`)."""
+
+    param: str | None = None
 
 
 class SchemaError(GrammarError):

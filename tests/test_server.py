@@ -23,6 +23,7 @@ import regex
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
+from guided import Constraint
 from guided.validation import check_json
 
 KEY = "test-key"
@@ -591,8 +592,8 @@ def test_null_parameters_take_their_defaults(tiny):
         (
             chat_body(tools=UNIT_TOOLS, structured_outputs={"regex": "[a-z]+"}),
             400,
-            "structured_outputs",
-            "must be a JSON Schema or json_object",
+            "structured_outputs.regex",
+            "the answer's format is a schema or json_object",
         ),
         (
             chat_body(
@@ -1202,7 +1203,6 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     import asyncio
 
     from coreai.server import schemas
-    from coreai.server.constraints import Constraint
     from coreai.server.engine import Piece
     from coreai.server.queue import Job
     from coreai.server.replies import ChatReply
@@ -1231,7 +1231,7 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
             return item if item is not None else Job.END
 
     req = schemas.ChatCompletionRequest(model="tiny", messages=USER, stream=True)
-    reply = ChatReply(req, Constraint(None, tool_mode="required"), tiny_model, "tiny")
+    reply = ChatReply(req, Constraint(tiny_model, tools=UNIT_TOOLS, tool_choice="required"), tiny_model, "tiny")
 
     async def collect():
         return [c async for c in reply.stream([OneShotJob()])]

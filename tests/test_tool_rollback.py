@@ -134,7 +134,6 @@ def test_streamed_call_ids_are_the_result_ids(tiny_model):
     """The server streams each call's first delta with the id the call's `ToolCall` has: the real
     engine, job and chat reply, the result's calls beside the chunks."""
     from coreai.server import schemas
-    from coreai.server.constraints import Constraint
     from coreai.server.engine import Engine, GenerationParams
     from coreai.server.queue import Job
     from coreai.server.replies import ChatReply
@@ -146,10 +145,10 @@ def test_streamed_call_ids_are_the_result_ids(tiny_model):
     session = ConstrainedSession(tiny_model, tools=[TOGGLE, plain], tool_choice="required")
     sampling = SamplingParams(temperature=0.0, logit_bias={e: 6.0 for e in tiny_model.tokenizer.eos_ids})
     prompt = tiny_model.prompt_ids(USER, tools=session.tools.template_tools)
-    params = GenerationParams(prompt, sampling, max_tokens=160, stop=[], session=session)
+    params = GenerationParams(prompt, sampling, max_tokens=160, stop=[], constraint=session)
     engine = Engine(tiny_model, max_batch=1, prompt_cache_bytes=0)
     req = schemas.ChatCompletionRequest(model="tiny", messages=USER, stream=True)
-    reply = ChatReply(req, Constraint(session, "required"), tiny_model, "tiny")
+    reply = ChatReply(req, session, tiny_model, "tiny")
 
     async def run():
         job = Job(params, asyncio.get_running_loop())

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coreai.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
+from coreai.errors import GrammarError, InputError, SchemaError, UnsupportedSchemaFeature
 
 log = logging.getLogger("coreai.server")
 
@@ -46,11 +46,13 @@ def bad_request(message: str, param: str | None = None, code: str = "invalid_val
     return APIError(400, message, param=param, code=code)
 
 
-def from_library_error(exc: GrammarError, param: str | None) -> APIError:
-    """A guided-generation error on a user-supplied schema or grammar -> 400 with reason and pointer.
-
-    `param` is the request field that held the schema (e.g. "response_format.json_schema.schema").
-    """
+def from_library_error(exc: GrammarError | InputError, param: str | None = None) -> APIError:
+    """A refused request (a schema, grammar, tool definition or other input) -> 400 with reason,
+    pointer and code. `param`: the request field at fault (e.g. "response_format.json_schema.schema");
+    None: the one the error names (`guided.request` sets it in the front end's spelling)."""
+    param = param if param is not None else exc.param
+    if isinstance(exc, InputError):
+        return bad_request(str(exc), param, exc.code or "invalid_value")
     if isinstance(exc, UnsupportedSchemaFeature):
         return bad_request(str(exc), param, "unsupported_schema_feature")
     if isinstance(exc, SchemaError):

@@ -19,10 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, cast
 
-from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job
-from guided import GuidedResult, free_outcome
+from guided import Constraint, GuidedResult, free_outcome
 from guided.outcome import Outcome as GuidedOutcome
 from guided.tools.calls import CallStream, ToolCall
 from runtime import GenerationResult
@@ -128,9 +127,7 @@ class ReplyEvents:
     def __init__(self, constraint: Constraint | None, reasoning: ReasoningPlan | None):
         self.constrained = constraint is not None
         self.tools = constraint is not None and constraint.tool_mode is not None
-        self.calls = (
-            CallStream(getattr(constraint.session, "tools", None)) if self.tools and constraint is not None else None
-        )
+        self.calls = CallStream(constraint.tools) if self.tools and constraint is not None else None
         self.reasoning = reasoning
         self.splitter = reasoning.splitter() if reasoning else None
         self.text: list[str] = []

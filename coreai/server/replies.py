@@ -9,7 +9,6 @@ from typing import AsyncIterator, cast
 
 from coreai.server import reply_schemas as o
 from coreai.server import schemas as s
-from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.events import (
     CallArguments,
@@ -27,6 +26,7 @@ from coreai.server.provenance import Provenance
 from coreai.server.queue import Job
 from coreai.server.streaming import merge
 from coreai.server.tools import chunk_tool_call, message_tool_calls
+from guided import Constraint
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningPlan
 

@@ -146,7 +146,7 @@ async def create_response(req: r.ResponseCreateRequest, request: Request, server
     params, constraint = await run_in_threadpool(server.preparer.prepare, generation)
     [job] = submit(server, params, 1)
     reply = ReplyEvents(constraint, params.reasoning)
-    headers = enforcement_headers(constraint.session) if constraint else {}
+    headers = enforcement_headers(constraint) if constraint else {}
     builder = ResponseBuilder(req, server.name, server.model.tokenizer, generation.logprobs)
     keep = None
     if req.store is not False:

@@ -12,8 +12,8 @@ from coreai.server import responses_schemas as r
 from coreai.server.constraints import structured_options
 from coreai.server.errors import APIError, bad_request
 from coreai.server.prepare import template_call
-from coreai.server.request import GenerationRequest, Names, Sampling
 from coreai.server.schemas import tool_pairing_error
+from guided.request import GenerationRequest, Names, Sampling
 
 RESPONSES_NAMES = Names(
     messages="input",

@@ -47,7 +47,7 @@ async def respond(server: ServerState, req, request: Request, response: Response
     params, constraint = await run_in_threadpool(prepare, req)
     jobs = submit(server, params, req.n)
     reply = reply_class(req, constraint, server.model, server.name, params.reasoning)
-    headers = enforcement_headers(constraint.session) if constraint else {}
+    headers = enforcement_headers(constraint) if constraint else {}
     if req.stream:
         return StreamingResponse(sse(reply.stream(jobs)), media_type="text/event-stream", headers=headers)
     response.headers.update(headers)

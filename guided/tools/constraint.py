@@ -91,7 +91,9 @@ def parameters_schema(schema, strict: bool | None = None) -> dict:
 def checked_name(name) -> str:
     """`name` if it is an OpenAI function name (`TOOL_NAME`), else ValueError naming it."""
     if not isinstance(name, str) or not re.fullmatch(TOOL_NAME, name):
-        raise InputError(f"a tool's name must be 1-64 letters, digits, '_' or '-' (OpenAI's rule), got {name!r}")
+        raise InputError(
+            f"a tool's name must be 1-64 letters, digits, '_' or '-' (OpenAI's rule), got {name!r}", "tools"
+        )
     return name
 
 
@@ -110,10 +112,12 @@ def make_tool(tool) -> Tool:
         schema = TypeAdapter(tool).json_schema()
         return Tool(checked_name(tool.__name__), parameters_schema(schema), inspect.getdoc(tool), shown=schema)
     if not isinstance(tool, dict) or tool.get("type", "function") != "function":
-        raise InputError(f"a tool is a function definition (dict), a pydantic model class or a function, got {tool!r}")
+        raise InputError(
+            f"a tool is a function definition (dict), a pydantic model class or a function, got {tool!r}", "tools"
+        )
     function = tool.get("function", tool)  # the chat shape nests it; the Responses shape is flat
     if not function.get("name"):
-        raise InputError("a tool function needs a name")
+        raise InputError("a tool function needs a name", "tools")
     name = checked_name(function["name"])
     strict, shown = function.get("strict"), function.get("parameters")
     return Tool(name, parameters_schema(shown, strict), function.get("description"), strict, shown)
@@ -226,7 +230,7 @@ def tool_grammar(
         return head + f"start: TEXT?\nTEXT: /(.|\\n)+/{banned}\n", []
     for marker in f.special:
         if not refs[marker].startswith("<["):
-            raise InputError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'")
+            raise InputError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'", "tools")
     rules = f.rules(pieces)
     if mode == "required":
         # Calls only, in the format's markup or in the JSON forms small models write out of habit
@@ -331,7 +335,7 @@ def tool_constraint(
     Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
     tokenizer cannot express) or SchemaError (bad parameters; `.tool`, `.tool_index`, `.pointer`)."""
     if not tools:
-        raise InputError("tools must be a non-empty list")
+        raise InputError("tools must be a non-empty list", "tools")
     parsed = []
     for i, tool in enumerate(tools):
         try:
@@ -340,7 +344,7 @@ def tool_constraint(
             raise exc.about_tool(_given_name(tool), i) from None
     names = [t.name for t in parsed]
     if len(set(names)) != len(names):
-        raise InputError("tool function names must be unique")
+        raise InputError("tool function names must be unique", "tools")
     template = getattr(hf_tokenizer, "chat_template", None) or ""
     fmt = tool_format or detect_format(template)
     choice = tool_choice or "auto"
@@ -348,12 +352,14 @@ def tool_constraint(
     if isinstance(choice, dict):
         name = (choice.get("function") or choice).get("name")
         if name not in names:
-            raise InputError(f"tool_choice names the function {name!r}, which is not in tools")
+            raise InputError(f"tool_choice names the function {name!r}, which is not in tools", "tool_choice")
         allowed, mode, parallel = [t for t in parsed if t.name == name], "required", False
     elif choice in names and choice not in MODES:  # a bare function name: the named choice
         allowed, mode, parallel = [t for t in parsed if t.name == choice], "required", False
     elif choice not in MODES:
-        raise InputError(f"tool_choice must be one of {', '.join(MODES)} or a named function, got {choice!r}")
+        raise InputError(
+            f"tool_choice must be one of {', '.join(MODES)} or a named function, got {choice!r}", "tool_choice"
+        )
     f = FORMATS.get(fmt)
     # llama3's <|python_tag|> only where the template uses it (Llama 3.1 does, 3.2 does not).
     texts = [m for m in (f.markers if f else ()) if m != PYTHON_TAG or m in template]
