@@ -79,7 +79,10 @@ class GenerationRequest:
     tool_choice: "none", "auto", "required", `{"type": "function", "function": {"name": ...}}` or None.
     max_tokens: the completion budget asked for (tokens; None: the front end's default).
     logprobs / top_logprobs: per-token log-probabilities, with that many alternatives (0-20).
-    reasoning_effort: "low", "medium", "high" or None (the thinking budget, `REASONING_BUDGETS`).
+    reasoning_effort: "low", "medium", "high" or None (the thinking budget, `REASONING_BUDGETS`);
+        a model that does not reason refuses it.
+    max_reasoning_tokens: the thinking budget in tokens (Anthropic's `thinking.budget_tokens`), which
+        wins over `reasoning_effort`; a model that does not reason answers without thinking.
     schema_in_prompt: the JSON answer's schema said in words in the prompt (None: the front end's setting).
     schema_hint_budget: the tokens that description may take at most (None: the front end's setting).
     token_provenance: stream each token's origin (`coreai.server.provenance`, chat's opt-in extension).
@@ -97,6 +100,7 @@ class GenerationRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     reasoning_effort: str | None = None
+    max_reasoning_tokens: int | None = None
     chat_template: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
     schema_in_prompt: bool | None = None
@@ -209,7 +213,9 @@ def prepare(
     wanted = req.schema_in_prompt if req.schema_in_prompt is not None else defaults.schema_in_prompt
     tools = req.tools if req.tools and req.tool_choice != "none" else None
     budget = req.schema_hint_budget or defaults.schema_hint_budget
-    effort = REASONING_BUDGETS[req.reasoning_effort] if req.reasoning_effort else None
+    budget_tokens = req.max_reasoning_tokens or (
+        REASONING_BUDGETS[req.reasoning_effort] if req.reasoning_effort else None
+    )
     try:
         rendered = render_prompt(
             model,
@@ -220,7 +226,7 @@ def prepare(
             chat_template_kwargs=req.chat_template_kwargs,
             schema_in_prompt=wanted,
             schema_hint_budget=budget,
-            max_reasoning_tokens=effort,
+            max_reasoning_tokens=budget_tokens,
         )
     except (TemplateError, ValueError) as exc:
         raise RequestError(f"cannot render the chat template: {exc}", names.messages) from None
