@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from guided.enforcement import KeywordEnforcement
 from guided.tools.calls import ToolCall
 from runtime.reasoning import ReasoningPlan
 from runtime.sequence import GenerationResult
@@ -30,7 +31,9 @@ class Outcome:
     reasoning_tokens: the tokens of its block (end
     marker included), at most the completion tokens. tool_calls: the complete calls. error: why
     "error" (the engine's or the check's message). refusal: for a constrained output that failed,
-    the message a reply carries instead of presenting it; None otherwise."""
+    the message a reply carries instead of presenting it; None otherwise. enforcement: the
+    constraint's enforcement report (`guided.constraint.Constraint.report`: how each schema keyword
+    was enforced), () for free text."""
 
     finish: str
     content: str = ""
@@ -39,6 +42,7 @@ class Outcome:
     tool_calls: list[ToolCall] = field(default_factory=list)
     error: str | None = None
     refusal: str | None = None
+    enforcement: tuple[KeywordEnforcement, ...] = ()
 
 
 def decide(
@@ -48,8 +52,10 @@ def decide(
     reasoning: str | None,
     reasoning_tokens: int,
     constrained: bool,
+    enforcement: tuple[KeywordEnforcement, ...] = (),
 ) -> Outcome:
-    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one)."""
+    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one;
+    `enforcement` the constraint's report)."""
     reason = result.finish_reason
     if reason == "stop":
         finish = "tool_calls" if calls else "stop"
@@ -58,7 +64,7 @@ def decide(
     error = (result.error or "generation failed") if finish == "error" else None
     refusal = f"the output is not valid against its constraint: {error}" if constrained and error else None
     tokens = min(reasoning_tokens, result.usage.completion_tokens) if reasoning is not None else 0
-    return Outcome(finish, content, reasoning, tokens, list(calls), error, refusal)
+    return Outcome(finish, content, reasoning, tokens, list(calls), error, refusal, enforcement)
 
 
 def free_outcome(result: GenerationResult, plan: ReasoningPlan | None = None) -> Outcome:

@@ -100,6 +100,11 @@ def test_a_duplicate_in_a_call_is_rolled_back(tiny_model, tool_choice):
     stream = CallStream()
     events = [e for d in deltas for e in stream.feed(d.parts)] + stream.finish(result.tool_calls)
     assert "".join(e[2] for e in events if e[0] == "args") == call.arguments
+    # The outcome carries the one enforcement report, the keyword checked in calls naming its tool.
+    checked = [e for e in result.outcome.enforcement if e.how == "validate-and-rollback"]
+    assert result.outcome.enforcement == session.report and [(e.keyword, e.pointer, e.tool) for e in checked] == [
+        ("uniqueItems", "/properties/tags/uniqueItems", "tag")
+    ]
 
 
 def test_not_in_a_call_is_rolled_back(tiny_model):

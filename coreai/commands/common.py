@@ -178,11 +178,12 @@ def answer_of(args) -> tuple[str, dict] | None:
     return None
 
 
-def print_enforcement(session, result) -> None:
-    """On stderr: the schema keywords not enforced by the grammar alone, and the violations found."""
+def print_enforcement(outcome, result) -> None:
+    """On stderr: the keywords not enforced by the grammar alone (the outcome's enforcement report,
+    the tool named for those in calls), and the violations found."""
     from guided.enforcement import GRAMMAR, summary
 
-    rows = summary(session.enforcement)
+    rows = summary(outcome.enforcement)
     by_grammar = sum(n for _, how, n, _ in rows if how == GRAMMAR)
     for keyword, how, n, pointers in rows:
         if how != GRAMMAR:

@@ -126,7 +126,7 @@ def run(args) -> int:
             print(outcome.content)
     common.print_stats(result, outcome.finish, args.verbose)
     if constraint is not None and args.verbose:
-        common.print_enforcement(constraint, result)
+        common.print_enforcement(outcome, result)
     if checked is not None and not usable:
         print(f"coreai generate: invalid output: {'; '.join(checked.errors)}", file=sys.stderr)
         return 1

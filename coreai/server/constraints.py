@@ -12,8 +12,7 @@ from urllib.parse import quote
 from coreai.server.errors import bad_request
 from coreai.server.schemas import JsonObjectFormat, JsonSchemaFormat, SamplingFields
 from guided import Constraint
-from guided.enforcement import GRAMMAR, ROLLBACK
-from guided.schema.pointer import parse_pointer, pointer
+from guided.enforcement import GRAMMAR
 
 if TYPE_CHECKING:
     from coreai.server.responses_schemas import ResponseCreateRequest
@@ -44,7 +43,7 @@ def structured_options(req: SamplingFields | ResponseCreateRequest, response_for
     return "structured_outputs.grammar", {"grammar": so.grammar}
 
 
-def enforcement_headers(session: Constraint) -> dict[str, str]:
+def enforcement_headers(constraint: Constraint) -> dict[str, str]:
     """The `x-coreai-enforcement` response header of a constrained request: "grammar" when the grammar
     enforces every keyword of the schema (and for regex, choices, grammars), `ANY_JSON` for a schema
     without any asserting keyword, else "; "-separated
@@ -53,12 +52,13 @@ def enforcement_headers(session: Constraint) -> dict[str, str]:
     `MAX_HEADER_ENTRIES`, then "and N more". Under tools, the entries are those of the keywords
     validate-and-rollback checks inside the calls, "<how> <keyword> <pointer> (tool <name>)", the
     pointer into the tool's parameters."""
-    if session.spec.kind == "json_schema" and not session.enforcement:  # true, {}, only annotations
+    if constraint.spec.kind == "json_schema" and not constraint.enforcement:  # true, {}, only annotations
         return {"x-coreai-enforcement": ANY_JSON}
-    entries = [f"{e.how} {e.keyword} {quote(e.pointer, safe='/~$')}" for e in session.enforcement if e.how != GRAMMAR]
-    for name, plan in session.call_plans.items():
-        checked = sorted(pointer(path) for path in plan.keyword_paths)
-        entries += [f"{ROLLBACK} {parse_pointer(p)[-1]} {quote(p, safe='/~$')} (tool {name})" for p in checked]
+    entries = [
+        f"{e.how} {e.keyword} {quote(e.pointer, safe='/~$')}" + (f" (tool {e.tool})" if e.tool else "")
+        for e in constraint.report
+        if e.how != GRAMMAR
+    ]
     shown = entries[:MAX_HEADER_ENTRIES]
     if len(entries) > len(shown):  # HTTP clients refuse huge headers (httpx: 64 KiB); the report is the same
         shown.append(f"and {len(entries) - len(shown)} more (coreai check-schema lists them all)")
