@@ -1144,6 +1144,17 @@ def test_a_lone_surrogate_escape_is_a_400_naming_the_field(tiny, route, body, pa
     assert "surrogate" in error["message"] and (error["param"] or "").startswith(param), error
 
 
+def test_openai_bookkeeping_fields_are_accepted_and_store_true_is_refused(tiny):
+    """Frameworks send `metadata`, `service_tier`, `store: false`; they mean nothing here and are
+    accepted. `store: true` asks for a stored completion this server cannot keep: a 400 naming it."""
+    c = client(tiny)
+    extra = dict(metadata={"run": "a"}, service_tier="auto", store=False)
+    assert c.chat.completions.create(model="tiny", messages=USER, max_tokens=2, **extra).choices
+    with pytest.raises(openai.BadRequestError) as error:
+        c.chat.completions.create(model="tiny", messages=USER, max_tokens=2, store=True)
+    assert error.value.body["param"] == "store" and "/v1/responses" in error.value.body["message"]
+
+
 def test_a_constrained_output_that_is_not_valid_is_a_refusal(tiny):
     """finish_reason "error" (the output breaks its schema) also sets `message.refusal`, whole and
     streamed, so the openai SDK's `parse()` leaves `parsed` None instead of parsing invalid JSON

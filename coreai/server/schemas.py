@@ -284,9 +284,19 @@ class ChatCompletionRequest(SamplingFields):
     # server's --whitespace), and per-chunk token origins and generation stats (`coreai.server.provenance`).
     whitespace: Literal["pretty", "compact", "any"] | None = None
     token_provenance: bool = False
+    # OpenAI's bookkeeping fields, which SDKs and frameworks send: tags and a processing tier mean
+    # nothing to a local server; `store: true` (keep the completion for GET /v1/chat/completions)
+    # is refused, since nothing here stores chat completions (the Responses API stores responses).
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    store: bool | None = None
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.store:
+            raise field_error(
+                "store", "stored chat completions are not supported here (use /v1/responses, which stores)", True
+            )
         if self.token_provenance and not self.stream:
             raise field_error("token_provenance", "token_provenance is only allowed with stream: true", True)
         if self.top_logprobs and not self.logprobs:
