@@ -193,6 +193,17 @@ BAD = [
         "output_config.format",
     ),
     ({"max_tokens": 5, "messages": USER, "model": "claude-x"}, 404, "claude-x"),
+    ({"max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": "Sure"}]}, 400, "prefilled"),
+    (
+        {
+            "max_tokens": 5,
+            "messages": USER,
+            "stop_sequences": ["}"],
+            "output_format": {"type": "json_schema", "schema": {}},
+        },
+        400,
+        "stop_sequences",
+    ),
 ]
 
 

@@ -49,7 +49,22 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
     ceiling, not a budget (a reply that reaches the bound stops with `max_tokens`). Raises a 400
     `APIError` naming the Messages field at fault: a block this server cannot read, a server tool,
     a `tool_result` answering no `tool_use` before it, a `tool_use` left unanswered, both
-    `output_config.format` and `output_format`."""
+    `output_config.format` and `output_format`, a last assistant message (a prefill to continue),
+    `stop_sequences` beside a constrained output (they would cut it)."""
+    if req.messages[-1].role == "assistant":
+        raise bad_request(
+            "messages: a last assistant message (a prefilled answer to continue) is not supported here; "
+            "end with a user message",
+            f"messages[{len(req.messages) - 1}].role",
+        )
+    create = req if isinstance(req, m.MessagesRequest) else None
+    forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool") and bool(req.tools)
+    if create and create.stop_sequences and (_answer(req) is not None or forced):
+        raise bad_request(
+            "stop_sequences cannot be combined with output_config.format or a forced tool call (tool_choice "
+            "any / tool): a stop sequence would cut the constrained output; the grammar decides where it ends",
+            "stop_sequences",
+        )
     messages: list[dict] = [{"role": "system", "content": _system(req.system)}] if req.system else []
     for i, turn in enumerate(req.messages):
         messages += chat_messages(turn, i)
@@ -64,7 +79,6 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
                 f"a tool_result block answers tool_use_id {answered[at][2]!r}, which no tool_use block before it has"
             )
         raise bad_request(f"messages: {message}", "messages")
-    create = req if isinstance(req, m.MessagesRequest) else None
     return GenerationRequest(
         messages=messages,
         names=MESSAGES_NAMES,
