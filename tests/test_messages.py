@@ -338,3 +338,29 @@ def test_a_claude_code_shaped_request(qwen):
         usages.append(final.usage)
         assert final.stop_reason in ("end_turn", "tool_use", "max_tokens")
     assert usages[1].cache_read_input_tokens > 0.9 * (usages[0].input_tokens + usages[0].cache_read_input_tokens)
+
+
+def test_a_fault_mid_stream_is_the_api_error_event():
+    """After the first event the status is sent: a bug is its API's `error` event, numbered on
+    Responses, Anthropic's shape on Messages (the traceback logged, not sent)."""
+    import asyncio
+
+    from coreai.server.messages_reply import sse as messages_sse
+    from coreai.server.responses_stream import sse_events as responses_sse
+
+    async def broken():
+        yield {"type": "message_start"}
+        raise RuntimeError("a bug")
+
+    async def frames(render):
+        return [frame async for frame in render(broken())]
+
+    first, fault = asyncio.run(frames(messages_sse))
+    assert first.startswith("event: message_start\n") and fault.startswith("event: error\n")
+    assert json.loads(fault.split("data: ", 1)[1]) == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "internal server error (RuntimeError)"},
+    }
+    first, fault = asyncio.run(frames(responses_sse))
+    assert json.loads(first.split("data: ", 1)[1])["sequence_number"] == 0
+    assert json.loads(fault.split("data: ", 1)[1])["sequence_number"] == 1

@@ -19,8 +19,6 @@ usage) and `message_stop`. A server fault mid-stream is an `error` event.
 
 from __future__ import annotations
 
-import json
-import logging
 import uuid
 from typing import AsyncIterator
 
@@ -37,9 +35,8 @@ from coreai.server.events import (
 )
 from coreai.server.messages_request import input_json
 from coreai.server.queue import Job
+from coreai.server.streaming import named_sse
 from runtime import GenerationResult
-
-log = logging.getLogger("coreai.server")
 
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "error": "refusal", "stop": "end_turn"}
 
@@ -180,16 +177,7 @@ class _Blocks:
         return [*out, self.event(delta)]
 
 
-async def sse(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
-    """Server-sent events `event: <type>` / `data: <json>`. The status (200) went out with the first
-    event, so a failure afterwards (a bug) is an `error` event, as Anthropic sends it."""
-    try:
-        async for event in stream:
-            yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
-    except Exception as exc:  # noqa: BLE001 - logged with its traceback, reported without it
-        log.exception("internal error while streaming a message")
-        error = {
-            "type": "error",
-            "error": {"type": "api_error", "message": f"internal server error ({type(exc).__name__})"},
-        }
-        yield f"event: error\ndata: {json.dumps(error)}\n\n"
+def sse(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """The Messages stream as server-sent events; a server fault after the first event is an
+    `error` event, as Anthropic sends it."""
+    return named_sse(stream, lambda message: {"type": "error", "error": {"type": "api_error", "message": message}})

@@ -15,8 +15,6 @@ of the items streamed. A server fault mid-stream is an `error` event.
 
 from __future__ import annotations
 
-import json
-import logging
 from typing import AsyncIterator
 
 from coreai.server import responses_schemas as r
@@ -33,8 +31,7 @@ from coreai.server.events import (
 from coreai.server.queue import Job
 from coreai.server.replies import chat_logprobs
 from coreai.server.responses_schemas import new_id
-
-log = logging.getLogger("coreai.server")
+from coreai.server.streaming import named_sse
 
 FINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 
@@ -172,23 +169,11 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
         job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
 
-async def sse_events(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
-    """Server-sent events `event: <type>` / `data: <json>`, numbered by `sequence_number`. The status
-    (200) went out with the first event, so a failure afterwards (a bug) is an `error` event, as
-    OpenAI sends it."""
-    sequence = 0
-    try:
-        async for event in stream:
-            event["sequence_number"] = sequence
-            sequence += 1
-            yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
-    except Exception as exc:  # noqa: BLE001 - logged with its traceback, reported without it
-        log.exception("internal error while streaming a response")
-        error = {
-            "type": "error",
-            "code": "server_error",
-            "message": f"internal server error ({type(exc).__name__})",
-            "param": None,
-            "sequence_number": sequence,
-        }
-        yield f"event: error\ndata: {json.dumps(error)}\n\n"
+def sse_events(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """The Responses stream as server-sent events, numbered by `sequence_number`; a server fault
+    after the first event is an `error` event, as OpenAI sends it."""
+    return named_sse(
+        stream,
+        lambda message: {"type": "error", "code": "server_error", "message": message, "param": None},
+        numbered=True,
+    )
