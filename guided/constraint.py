@@ -10,6 +10,7 @@ between threads and requests; each generation gets its own state from `generatio
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -177,13 +178,13 @@ class Constraint:
         output to calls), None without tools."""
         return self.tools.mode if self.tools is not None else None
 
-    @property
+    @cached_property  # the constraint never changes: one walk of its schema, not one per request
     def enforcement(self) -> tuple[KeywordEnforcement, ...]:
         """How each keyword of the schema is enforced: by the grammar, by validate-and-rollback, or
         not at all (lenient mode); see `guided.enforcement`. () for non-JSON constraints."""
         return enforcement(self.compiled)
 
-    @property
+    @cached_property
     def report(self) -> tuple[KeywordEnforcement, ...]:
         """The enforcement report of everything this constraint holds the output to: `enforcement`,
         then under tools the keywords validate-and-rollback checks inside each tool's calls (the
