@@ -27,10 +27,10 @@ class Outcome:
     """finish: "stop" | "length" | "tool_calls" | "error" (see the module docstring). content: the
     text answer ("" when none; beside calls, the text outside them). reasoning: a thinking model's
     reasoning text as streamed (between its markers, not stripped), or None when it did not reason;
-    reasoning_tokens: the tokens of its block (end
-    marker included), at most the completion tokens. tool_calls: the complete calls. error: why
-    "error" (the engine's or the check's message). refusal: for a constrained output that failed,
-    the message a reply carries instead of presenting it; None otherwise."""
+    reasoning_tokens: the delivered tokens of its block (end marker included; `ReasoningPlan.count`).
+    tool_calls: the complete calls. error: why "error" (the engine's or the check's message).
+    refusal: for a constrained output that failed, the message a reply carries instead of
+    presenting it; None otherwise."""
 
     finish: str
     content: str = ""
@@ -46,10 +46,12 @@ def decide(
     content: str,
     calls: list[ToolCall],
     reasoning: str | None,
-    reasoning_tokens: int,
+    plan: ReasoningPlan | None,
     constrained: bool,
 ) -> Outcome:
-    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one)."""
+    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one).
+    `plan`: the reasoning plan it ran with, which counts the reasoning tokens among the delivered
+    ones (`result.token_ids`) when there is a `reasoning` block."""
     reason = result.finish_reason
     if reason == "stop":
         finish = "tool_calls" if calls else "stop"
@@ -57,7 +59,7 @@ def decide(
         finish = "length" if reason == "length" else "error"
     error = (result.error or "generation failed") if finish == "error" else None
     refusal = f"the output is not valid against its constraint: {error}" if constrained and error else None
-    tokens = min(reasoning_tokens, result.usage.completion_tokens) if reasoning is not None else 0
+    tokens = plan.count(result.token_ids) if reasoning is not None and plan is not None else 0
     return Outcome(finish, content, reasoning, tokens, list(calls), error, refusal)
 
 
@@ -65,5 +67,4 @@ def free_outcome(result: GenerationResult, plan: ReasoningPlan | None = None) ->
     """The `Outcome` of an unconstrained generation: its reasoning block (per `plan`, the plan it
     ran with) split off the text and counted in tokens."""
     reasoning, content = plan.split(result.text) if plan is not None else (None, result.text)
-    tokens = plan.count(result.token_ids) if plan is not None else 0
-    return decide(result, content, [], reasoning, tokens, constrained=False)
+    return decide(result, content, [], reasoning, plan, constrained=False)
