@@ -28,12 +28,11 @@ class Outcome:
     """finish: "stop" | "length" | "tool_calls" | "error" (see the module docstring). content: the
     text answer ("" when none; beside calls, the text outside them). reasoning: a thinking model's
     reasoning text as streamed (between its markers, not stripped), or None when it did not reason;
-    reasoning_tokens: the tokens of its block (end
-    marker included), at most the completion tokens. tool_calls: the complete calls. error: why
-    "error" (the engine's or the check's message). refusal: for a constrained output that failed,
-    the message a reply carries instead of presenting it; None otherwise. enforcement: the
-    constraint's enforcement report (`guided.constraint.Constraint.report`: how each schema keyword
-    was enforced), () for free text."""
+    reasoning_tokens: the delivered tokens of its block (end marker included; `ReasoningPlan.count`).
+    tool_calls: the complete calls. error: why "error" (the engine's or the check's message).
+    refusal: for a constrained output that failed, the message a reply carries instead of
+    presenting it; None otherwise. enforcement: the constraint's enforcement report
+    (`guided.constraint.Constraint.report`: how each schema keyword was enforced), () for free text."""
 
     finish: str
     content: str = ""
@@ -50,12 +49,13 @@ def decide(
     content: str,
     calls: list[ToolCall],
     reasoning: str | None,
-    reasoning_tokens: int,
+    plan: ReasoningPlan | None,
     constrained: bool,
     enforcement: tuple[KeywordEnforcement, ...] = (),
 ) -> Outcome:
-    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one;
-    `enforcement` the constraint's report)."""
+    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one).
+    `plan`: the reasoning plan it ran with, which counts the reasoning tokens among the delivered
+    ones (`result.token_ids`) when there is a `reasoning` block; `enforcement`: the constraint's report."""
     reason = result.finish_reason
     if reason == "stop":
         finish = "tool_calls" if calls else "stop"
@@ -63,7 +63,7 @@ def decide(
         finish = "length" if reason == "length" else "error"
     error = (result.error or "generation failed") if finish == "error" else None
     refusal = f"the output is not valid against its constraint: {error}" if constrained and error else None
-    tokens = min(reasoning_tokens, result.usage.completion_tokens) if reasoning is not None else 0
+    tokens = plan.count(result.token_ids) if reasoning is not None and plan is not None else 0
     return Outcome(finish, content, reasoning, tokens, list(calls), error, refusal, enforcement)
 
 
@@ -71,5 +71,4 @@ def free_outcome(result: GenerationResult, plan: ReasoningPlan | None = None) ->
     """The `Outcome` of an unconstrained generation: its reasoning block (per `plan`, the plan it
     ran with) split off the text and counted in tokens."""
     reasoning, content = plan.split(result.text) if plan is not None else (None, result.text)
-    tokens = plan.count(result.token_ids) if plan is not None else 0
-    return decide(result, content, [], reasoning, tokens, constrained=False)
+    return decide(result, content, [], reasoning, plan, constrained=False)

@@ -873,6 +873,40 @@ def test_qwen_stop_strings(qwen):
     assert r.choices[0].finish_reason == "stop" and "4" in content and "5" not in content
 
 
+@pytest.mark.model
+def test_qwen_accepted_drafts_are_delivered_tokens_at_a_stop_string(qwen):
+    """Issue 41: under prompt lookup (the server's default), drafts run past a stop string; the reply
+    counts only the tokens it delivered, whole and streamed (it said 6 accepted of 5 completion
+    tokens: the drafts accepted past the stop, and the stop string's own tokens, were counted)."""
+    body = dict(
+        model="qwen",
+        max_tokens=40,
+        stop=["gamma delta alpha"],
+        messages=[
+            {"role": "user", "content": "Repeat this text exactly, nothing else: 'alpha beta gamma delta alpha beta'"}
+        ],
+        logprobs=True,
+    )
+    whole = client(qwen).chat.completions.create(**body)
+    chunks = list(client(qwen).chat.completions.create(**body, stream=True, stream_options={"include_usage": True}))
+    for usage, entries in (
+        (whole.usage, whole.choices[0].logprobs.content),
+        (
+            chunks[-1].usage,
+            [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content],
+        ),
+    ):
+        details = usage.completion_tokens_details
+        assert 0 < details.accepted_prediction_tokens <= usage.completion_tokens == len(entries)
+        assert details.rejected_prediction_tokens >= 0
+    assert whole.choices[0].finish_reason == "stop"
+    streamed = chunks[-1].usage  # the same tokens (its prompt came from the prefix cache)
+    assert (whole.usage.completion_tokens, whole.usage.completion_tokens_details) == (
+        streamed.completion_tokens,
+        streamed.completion_tokens_details,
+    )
+
+
 PERSON = {
     "type": "object",
     "properties": {

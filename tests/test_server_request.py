@@ -134,7 +134,7 @@ def cut_call():
     parts = [("markup", "<tool_call>\n"), ("call:0", '{"name": "get_weather", "arguments": {"city": "Par')]
     pieces = [Piece("<tool_call>\n" + parts[1][1], parts=parts, call_ids=("call_a",))]
     result = GuidedResult(pieces[0].text, [1] * 12, "length", Usage(10, 12), Timings(), tool_calls=[])
-    result.outcome = decide(result, "", [], None, 0, constrained=True)  # as the verdict decides it
+    result.outcome = decide(result, "", [], None, None, constrained=True)  # as the verdict decides it
     return pieces, result
 
 
@@ -186,7 +186,7 @@ def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
     ]
     pieces = [Piece("".join(t for _, t in parts), parts=parts, call_ids=("call_a", "call_b"))]
     result = GuidedResult(pieces[0].text, [1] * 30, "length", Usage(10, 30), Timings(), tool_calls=[done])
-    result.outcome = decide(result, "", [done], None, 0, constrained=True)
+    result.outcome = decide(result, "", [done], None, None, constrained=True)
     constraint = Constraint(tiny_model, tools=[WEATHER], tool_choice="required")
     request = schemas.ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "x"}], stream=True)
     chat = ChatReply(request, constraint, tiny_model, "t")
