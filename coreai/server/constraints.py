@@ -52,13 +52,20 @@ def enforcement_headers(session: Constraint) -> dict[str, str]:
     not enforced, in lenient mode), pointers percent-encoded to stay ASCII; at most
     `MAX_HEADER_ENTRIES`, then "and N more". Under tools, the entries are those of the keywords
     validate-and-rollback checks inside the calls, "<how> <keyword> <pointer> (tool <name>)", the
-    pointer into the tool's parameters."""
+    pointer into the tool's parameters, and one entry per custom tool: "grammar lark (tool <name>)"
+    or "grammar regex (tool <name>)" (its input held to its grammar), "free text (tool <name>)"
+    (a text format: its input is any text)."""
     if session.spec.kind == "json_schema" and not session.enforcement:  # true, {}, only annotations
         return {"x-coreai-enforcement": ANY_JSON}
     entries = [f"{e.how} {e.keyword} {quote(e.pointer, safe='/~$')}" for e in session.enforcement if e.how != GRAMMAR]
     for name, plan in session.call_plans.items():
         checked = sorted(pointer(path) for path in plan.keyword_paths)
         entries += [f"{ROLLBACK} {parse_pointer(p)[-1]} {quote(p, safe='/~$')} (tool {name})" for p in checked]
+    custom = session.tools.tools if session.tools is not None and session.tools.mode != "none" else []
+    for tool in custom:
+        if tool.format is not None:
+            how = f"{GRAMMAR} {tool.format['syntax']}" if tool.format["type"] == "grammar" else "free text"
+            entries.append(f"{how} (tool {tool.name})")
     shown = entries[:MAX_HEADER_ENTRIES]
     if len(entries) > len(shown):  # HTTP clients refuse huge headers (httpx: 64 KiB); the report is the same
         shown.append(f"and {len(entries) - len(shown)} more (coreai check-schema lists them all)")
