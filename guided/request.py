@@ -38,7 +38,8 @@ class RequestError(InputError):
 @dataclass(frozen=True)
 class Names:
     """How the front end spells the fields `prepare` and the budget checks may blame, for its errors'
-    `param` and messages. `tool_parameters` is formatted with the tool's index."""
+    `param` and messages. `tool_parameters` (a function tool's parameters) and `tool_format` (a custom
+    tool's grammar) are formatted with the tool's index."""
 
     messages: str = "messages"
     max_tokens: str = "max_tokens"
@@ -46,6 +47,7 @@ class Names:
     tools: str = "tools"
     tool_choice: str = "tool_choice"
     tool_parameters: str = "tools[{}].function.parameters"
+    tool_format: str = "tools[{}].custom.format"
     schema_in_prompt: str = "schema_in_prompt"
 
 
@@ -75,8 +77,10 @@ class GenerationRequest:
     answer: (the field named in its errors, the `Constraint` options) of the answer's format
         (`response_format`, `text.format`, `structured_outputs`, `--schema`, ...), or None for free text.
     tools: function tools (the chat shape `{"type": "function", "function": {...}}`, or any shape
-        `guided.tools.constraint.make_tool` takes), or None.
-    tool_choice: "none", "auto", "required", `{"type": "function", "function": {"name": ...}}` or None.
+        `guided.tools.constraint.make_tool` takes) and custom tools (`{"type": "custom", ...}`:
+        raw text input, free or held to a Lark / regex grammar, `guided.tools.custom`), or None.
+    tool_choice: "none", "auto", "required", `{"type": "function", "function": {"name": ...}}`,
+        `{"type": "custom", "custom": {"name": ...}}` or None.
     max_tokens: the completion budget asked for (tokens; None: the front end's default).
     logprobs / top_logprobs: per-token log-probabilities, with that many alternatives (0-20).
     reasoning_effort: "low", "medium", "high" or None (the thinking budget, `REASONING_BUDGETS`);
@@ -163,7 +167,7 @@ def build_constraint(
         defaults,
         fields,
         param,
-        tool_parameters=names.tool_parameters,
+        tool_fields={"parameters": names.tool_parameters, "format": names.tool_format},
         tools=req.tools,
         tool_choice=req.tool_choice or "auto",
         parallel_tool_calls=req.parallel_tool_calls,
@@ -172,18 +176,19 @@ def build_constraint(
 
 
 def _compiled(
-    model, cache, defaults: Defaults, fields: dict[str, str], param: str, tool_parameters: str = "", **options
+    model, cache, defaults: Defaults, fields: dict[str, str], param: str, tool_fields: dict | None = None, **options
 ) -> Constraint:
     """`Constraint(model, **options)` with the front end's defaults, its errors' `param` set:
     `fields` maps guided's neutral names to the front end's, `param` is the field of a schema or
-    grammar error, `tool_parameters` (formatted with the tool's index) that of a tool's parameters."""
+    grammar error, `tool_fields` the field (formatted with the tool's index) of an error about a
+    tool's "parameters" or its "format" (a custom tool's grammar: `GrammarError.tool_field`)."""
     if defaults.whitespace is not None and {"schema", "json_object"} & options.keys():  # a JSON answer: the
         options.setdefault("whitespace", defaults.whitespace)  # request's layout if it gave one, else the default's
     try:
         return Constraint(model, cache=cache, **{**defaults.options, **options})
     except (SchemaError, GrammarError) as exc:
-        tool_index = getattr(exc, "tool_index", None)
-        exc.param = tool_parameters.format(tool_index) if tool_index is not None and tool_parameters else param
+        where = (tool_fields or {}).get(exc.tool_field)
+        exc.param = where.format(exc.tool_index) if exc.tool_index is not None and where else param
         raise
     except InputError as exc:
         exc.param = fields.get(exc.param or "", exc.param or param)

@@ -34,10 +34,12 @@ def register(sub) -> None:
     common.add_model_args(p)
     common.add_grammar_args(p)
     common.add_speculative_arg(p)
-    p.add_argument("--tools", type=Path, help="JSON file with a list of tools (OpenAI function definitions)")
+    p.add_argument(
+        "--tools", type=Path, help="JSON file with a list of tools (OpenAI function or custom tool definitions)"
+    )
     p.add_argument(
         "--tool-choice",
-        help="with --tools: auto (default), required, none, or a function name (exactly one call of it)",
+        help="with --tools: auto (default), required, none, or a tool's name (exactly one call of it)",
     )
     p.add_argument("--no-parallel-tool-calls", action="store_true", help="with --tools: at most one call")
     p.add_argument("-v", "--verbose", action="store_true", help="also print forward passes and draft acceptance")
@@ -55,11 +57,11 @@ def request_of(args, prompt, tools: list | None) -> GenerationRequest:
         tools="--tools",
         tool_choice="--tool-choice",
         tool_parameters="--tools[{}].function.parameters",
+        tool_format="--tools[{}].format",
         schema_in_prompt="--schema-in-prompt",
     )
+    # A tool's name (function or custom) is exactly one call of it: guided reads a bare name so.
     choice = args.tool_choice or "auto"
-    if choice not in ("auto", "required", "none"):  # a function name: exactly one call of it
-        choice = {"type": "function", "function": {"name": choice}}
     return GenerationRequest(
         messages=prompt,
         names=names,
@@ -118,8 +120,9 @@ def run(args) -> int:
         if not usable:  # stdout carries only valid output (e.g. into a pipe)
             print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
         elif request.tools is not None:  # one JSON line per call, then the text answer, if any
-            for call in outcome.tool_calls:
-                print(json.dumps({"name": call.name, "arguments": call.args}, ensure_ascii=False))
+            for call in outcome.tool_calls:  # a custom tool's call: its raw input
+                given = {"input": call.input} if call.kind == "custom" else {"arguments": call.args}
+                print(json.dumps({"name": call.name, **given}, ensure_ascii=False))
             if outcome.content:
                 print(outcome.content)
         else:

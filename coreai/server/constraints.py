@@ -51,7 +51,9 @@ def enforcement_headers(constraint: Constraint) -> dict[str, str]:
     not enforced, in lenient mode), pointers percent-encoded to stay ASCII; at most
     `MAX_HEADER_ENTRIES`, then "and N more". Under tools, the entries are those of the keywords
     validate-and-rollback checks inside the calls, "<how> <keyword> <pointer> (tool <name>)", the
-    pointer into the tool's parameters."""
+    pointer into the tool's parameters, and one entry per custom tool: "grammar lark (tool <name>)"
+    or "grammar regex (tool <name>)" (its input held to its grammar), "free text (tool <name>)"
+    (a text format: its input is any text)."""
     if constraint.spec.kind == "json_schema" and not constraint.enforcement:  # true, {}, only annotations
         return {"x-coreai-enforcement": ANY_JSON}
     entries = [
@@ -59,6 +61,12 @@ def enforcement_headers(constraint: Constraint) -> dict[str, str]:
         for e in constraint.report
         if e.how != GRAMMAR
     ]
+    tools = constraint.tools
+    custom = tools.tools if tools is not None and tools.mode != "none" else []
+    for tool in custom:
+        if tool.format is not None:
+            how = f"{GRAMMAR} {tool.format['syntax']}" if tool.format["type"] == "grammar" else "free text"
+            entries.append(f"{how} (tool {tool.name})")
     shown = entries[:MAX_HEADER_ENTRIES]
     if len(entries) > len(shown):  # HTTP clients refuse huge headers (httpx: 64 KiB); the report is the same
         shown.append(f"and {len(entries) - len(shown)} more (coreai check-schema lists them all)")

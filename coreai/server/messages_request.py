@@ -27,7 +27,7 @@ from pydantic_core import from_json
 
 from coreai.server import messages_schemas as m
 from coreai.server.errors import bad_request
-from coreai.server.schemas import tool_pairing_error
+from coreai.server.pairing import tool_pairing_error
 from guided.request import GenerationRequest, Names, Sampling
 
 MESSAGES_NAMES = Names(

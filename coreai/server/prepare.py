@@ -18,6 +18,7 @@ from coreai.server.engine import GenerationParams
 from coreai.server.errors import bad_request, from_library_error
 from guided import Constraint, GrammarCache, GrammarError
 from guided.request import Defaults, GenerationRequest, Names, Sampling, answer_constraint, prepare
+from guided.tools.custom import INPUT
 from runtime import Model, SamplingParams
 from runtime.errors import InputError, ParameterError
 from runtime.sampling import check_max_tokens
@@ -171,10 +172,10 @@ def chat_request(req: s.ChatCompletionRequest) -> GenerationRequest:
     are not JSON text)."""
     # OpenAI's newer name wins when both are given.
     field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, s.NamedToolChoice) else req.tool_choice
+    choice = req.tool_choice if isinstance(req.tool_choice, (str, type(None))) else req.tool_choice.model_dump()
     return GenerationRequest(
         messages=[template_message(m, i) for i, m in enumerate(req.messages)],
-        names=Names(max_tokens=field),
+        names=Names(max_tokens=field, tool_format="tools[{}].custom.format"),
         sampling=sampling_of(req),
         max_tokens=getattr(req, field),
         stop=req.stop_list(),
@@ -211,7 +212,9 @@ def template_message(m, index: int) -> dict:
         out["name"] = m.name
     if isinstance(m, s.AssistantMessage) and m.tool_calls:
         out["tool_calls"] = [
-            template_call(
+            template_custom_call(c.id, c.custom.name, c.custom.input)
+            if isinstance(c, s.CustomToolCall)
+            else template_call(
                 c.id, c.function.name, c.function.arguments, f"messages[{index}].tool_calls[{j}].function.arguments"
             )
             for j, c in enumerate(m.tool_calls)
@@ -229,3 +232,9 @@ def template_call(call_id: str, name: str, arguments: str, param: str) -> dict:
     except ValueError:
         raise bad_request("tool call arguments must be JSON text", param) from None
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": parsed}}
+
+
+def template_custom_call(call_id: str, name: str, value: str) -> dict:
+    """A custom tool's call as the chat template expects it: a function call whose one string
+    argument is the input, the shape the tool is shown in (`guided.tools.custom`)."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": {INPUT: value}}}

@@ -6,7 +6,8 @@ Events, in the order and with the names of OpenAI's stream (each with a `sequenc
 a reasoning item `response.content_part.added`, `response.reasoning_text.delta`... /
 `.done`, `response.content_part.done`; for a message the same with `response.output_text.*`; for a
 function call `response.function_call_arguments.delta` (the argument fragments as they are decoded)
-/ `.done`; `response.output_item.done` (a call cut by max_output_tokens is `incomplete`). The last
+/ `.done` (a custom tool's call: `response.custom_tool_call_input.delta` / `.done`, its raw input);
+`response.output_item.done` (a call cut by max_output_tokens is `incomplete`). The last
 event is `response.completed`, `response.incomplete` (cut by max_output_tokens) or `response.failed`
 (a constrained output that failed: the text already streamed is not valid), carrying the whole
 response: `ResponseBuilder.render` of the generation's `Outcome`, as a whole reply is, with the ids
@@ -100,9 +101,15 @@ class _Renderer:
     def call_opened(self, event: CallOpened):
         if self.current is not None:
             yield from self.close_text("completed")
-        item = r.OutputFunctionCall(
-            id=new_id("fc_"), call_id=event.id, name=event.name, arguments="", status="in_progress"
-        )
+        item: r.OutputFunctionCall | r.OutputCustomToolCall
+        if event.kind == "custom":
+            item = r.OutputCustomToolCall(
+                id=new_id("ctc_"), call_id=event.id, name=event.name, input="", status="in_progress"
+            )
+        else:
+            item = r.OutputFunctionCall(
+                id=new_id("fc_"), call_id=event.id, name=event.name, arguments="", status="in_progress"
+            )
         self.ids[event.index] = item.id
         self.calls[event.index] = [item, len(self.output)]
         self.output.append(item)
@@ -110,18 +117,22 @@ class _Renderer:
 
     def call_arguments(self, event: CallArguments):
         item, index = self.calls[event.index]
+        where = {"item_id": item.id, "output_index": index}
+        if isinstance(item, r.OutputCustomToolCall):
+            item.input += event.text
+            yield {"type": "response.custom_tool_call_input.delta", **where, "delta": event.text}
+            return
         item.arguments += event.text
-        yield {
-            "type": "response.function_call_arguments.delta",
-            "item_id": item.id,
-            "output_index": index,
-            "delta": event.text,
-        }
+        yield {"type": "response.function_call_arguments.delta", **where, "delta": event.text}
 
     def call_done(self, event: CallDone):
         item, index = self.calls[event.index]
         where = {"item_id": item.id, "output_index": index}
-        yield {"type": "response.function_call_arguments.done", **where, "name": item.name, "arguments": item.arguments}
+        if isinstance(item, r.OutputCustomToolCall):
+            yield {"type": "response.custom_tool_call_input.done", **where, "input": item.input}
+        else:
+            done = {"name": item.name, "arguments": item.arguments}
+            yield {"type": "response.function_call_arguments.done", **where, **done}
         item.status = "completed" if event.complete else "incomplete"
         yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
 
