@@ -183,6 +183,7 @@ BAD = [
         "web_search_20250305",
     ),
     ({"max_tokens": 5, "messages": USER, "container": "c1"}, 400, "container"),
+    ({"max_tokens": 5, "messages": USER, "tool_choice": {"type": "any"}}, 400, "only allowed when tools are given"),
     (
         {
             "max_tokens": 5,

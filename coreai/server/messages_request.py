@@ -57,6 +57,8 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
             "end with a user message",
             f"messages[{len(req.messages) - 1}].role",
         )
+    if req.tool_choice is not None and not req.tools:
+        raise bad_request("tool_choice: tool_choice is only allowed when tools are given", "tool_choice")
     create = req if isinstance(req, m.MessagesRequest) else None
     forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool") and bool(req.tools)
     if create and create.stop_sequences and (_answer(req) is not None or forced):
