@@ -181,12 +181,14 @@ def replay(model, messages, schema, target: list[int], drafter, policy: str = "c
             lengths.append(rows - 1)
             strategy.prepare()
             seq.apply(strategy.step(mx.array(logits)))
+            if seq.finish is None:
+                feed, rows = seq.next_feed()
+                width = len(feed)
+            delta = seq.emit()  # as `runtime.generate`: the result counts the tokens emitted
             if seq.finish is not None:
                 break
-            feed, rows = seq.next_feed()
-            width = len(feed)
-            seq.emit()
-    result = seq.result()
+    result = delta.result if delta is not None else None
+    assert result is not None  # the finishing step's delta carries the result
     return dict(
         **pass_counts(result),
         identical=result.token_ids == target,

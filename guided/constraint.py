@@ -10,15 +10,17 @@ between threads and requests; each generation gets its own state from `generatio
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
 
 from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
-from guided.enforcement import KeywordEnforcement, enforcement
+from guided.enforcement import ROLLBACK, KeywordEnforcement, enforcement
 from guided.errors import GrammarError
 from guided.generation import Generation
+from guided.schema.pointer import parse_pointer, pointer
 from guided.schema_prompt import SCHEMA_HINT_BUDGET, SCHEMA_IN_PROMPT
 from guided.spec import JSON_KINDS, make_spec
 from guided.tokenizer_info import get_tokenizer_info
@@ -171,10 +173,29 @@ class Constraint:
         return set(allowed.tolist()) <= set(self.tokenizer_info.eos_ids)
 
     @property
+    def tool_mode(self) -> str | None:
+        """ "auto", "required" (also a named function), "none" under tools= (how a reply maps the
+        output to calls), None without tools."""
+        return self.tools.mode if self.tools is not None else None
+
+    @cached_property  # the constraint never changes: one walk of its schema, not one per request
     def enforcement(self) -> tuple[KeywordEnforcement, ...]:
         """How each keyword of the schema is enforced: by the grammar, by validate-and-rollback, or
         not at all (lenient mode); see `guided.enforcement`. () for non-JSON constraints."""
         return enforcement(self.compiled)
+
+    @cached_property
+    def report(self) -> tuple[KeywordEnforcement, ...]:
+        """The enforcement report of everything this constraint holds the output to: `enforcement`,
+        then under tools the keywords validate-and-rollback checks inside each tool's calls (the
+        others the grammar enforces), each naming its tool. Every front end shows this one report
+        (the server's `x-coreai-enforcement` header, `coreai generate -v`, `Outcome.enforcement`)."""
+        in_calls = tuple(
+            KeywordEnforcement(parse_pointer(at)[-1], at, ROLLBACK, name)
+            for name, plan in self.call_plans.items()
+            for at in sorted(pointer(path) for path in plan.keyword_paths)
+        )
+        return self.enforcement + in_calls
 
     def plan(self, prompt_ids: list[int], chat_template_kwargs: dict | None = None) -> ReasoningPlan | None:
         """The reasoning plan of a generation from `prompt_ids` (see `runtime.reasoning.plan_reasoning`):

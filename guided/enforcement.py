@@ -30,11 +30,13 @@ _NOT_ASSERTING = frozenset({"$defs", "definitions", "$ref", "$dynamicRef", "$rec
 @dataclass(frozen=True)
 class KeywordEnforcement:
     """How one keyword occurrence is enforced: `keyword` at JSON `pointer` (of the keyword in the
-    schema), `how` one of "grammar", "validate-and-rollback", "not enforced"."""
+    schema), `how` one of "grammar", "validate-and-rollback", "not enforced"; `tool`: the tool
+    whose parameters hold it (the pointer is then into them), None for the answer's schema."""
 
     keyword: str
     pointer: str
     how: str
+    tool: str | None = None
 
 
 def enforcement(compiled: CompiledGrammar) -> tuple[KeywordEnforcement, ...]:
@@ -68,10 +70,13 @@ def enforcement(compiled: CompiledGrammar) -> tuple[KeywordEnforcement, ...]:
 
 def summary(report) -> list[tuple[str, str, int, list[str]]]:
     """[(keyword, how, occurrences, pointers)] grouped by keyword and how, validate-and-rollback and
-    not-enforced rows first."""
+    not-enforced rows first; a pointer into a tool's parameters names the tool ("/x/not (tool f)")."""
     counts = Counter((e.keyword, e.how) for e in report)
     order = {NOT_ENFORCED: 0, ROLLBACK: 1, GRAMMAR: 2}
     rows = []
     for (keyword, how), n in sorted(counts.items(), key=lambda kv: (order[kv[0][1]], kv[0][0])):
-        rows.append((keyword, how, n, [e.pointer for e in report if e.keyword == keyword and e.how == how]))
+        where = [
+            e.pointer + (f" (tool {e.tool})" if e.tool else "") for e in report if (e.keyword, e.how) == (keyword, how)
+        ]
+        rows.append((keyword, how, n, where))
     return rows

@@ -4,7 +4,22 @@ from runtime.errors import CoreAIError
 
 
 class GrammarError(CoreAIError, ValueError):
-    """A grammar (regex, Lark, GBNF, choices) that cannot be compiled, or a compile over its limits."""
+    """A grammar (regex, Lark, GBNF, choices) that cannot be compiled, or a compile over its limits.
+    `param`: the request field that held it, where a front end gave one (`guided.request`). About a
+    tool (`about_tool`): `tool`, `tool_index`, and `tool_field`, the part of the tool at fault
+    ("parameters", or "format" for a custom tool's grammar)."""
+
+    param: str | None = None
+    tool: str | None = None
+    tool_index: int | None = None
+    tool_field: str = "parameters"
+
+    def about_tool(self, name: str, index: int, field: str = "parameters") -> "GrammarError":
+        """This error, about `field` of tool `name`, the `index`-th of the tools given: its message
+        names the tool (a pointer stays the pointer into the parameters)."""
+        self.args = (f"tool {name!r}: {self.args[0]}", *self.args[1:])
+        self.tool, self.tool_index, self.tool_field = name, index, field
+        return self
 
 
 class SchemaError(GrammarError):
@@ -16,15 +31,6 @@ class SchemaError(GrammarError):
     def __init__(self, message: str, pointer: str = ""):
         super().__init__(message)
         self.pointer = pointer
-        self.tool: str | None = None  # about a tool's parameters: its name and its index among the tools
-        self.tool_index: int | None = None
-
-    def about_tool(self, name: str, index: int) -> "SchemaError":
-        """This error, about the parameters of tool `name`, the `index`-th of the tools given: its
-        message names the tool, its pointer stays the pointer into the parameters."""
-        self.args = (f"tool {name!r}: {self.args[0]}", *self.args[1:])
-        self.tool, self.tool_index = name, index
-        return self
 
 
 class UnsatisfiableSchema(SchemaError):

@@ -117,7 +117,9 @@ class Generation:
             result = GenerationResult(**fields)
         answer = (content or "") if c.tools is not None else result.text
         # The outcome's reasoning is the block as streamed (unstripped), so a reply and its stream agree.
-        outcome = decide(result, answer, calls, raw_reasoning, strategy.stats.reasoning_tokens, constrained=True)
+        outcome = decide(
+            result, answer, calls, raw_reasoning, strategy.gate.plan, constrained=True, enforcement=c.report
+        )
         return GuidedResult(
             **fields,
             value=value,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from guided.enforcement import KeywordEnforcement
 from guided.tools.calls import ToolCall
 from runtime.reasoning import ReasoningPlan
 from runtime.sequence import GenerationResult
@@ -27,10 +28,11 @@ class Outcome:
     """finish: "stop" | "length" | "tool_calls" | "error" (see the module docstring). content: the
     text answer ("" when none; beside calls, the text outside them). reasoning: a thinking model's
     reasoning text as streamed (between its markers, not stripped), or None when it did not reason;
-    reasoning_tokens: the tokens of its block (end
-    marker included), at most the completion tokens. tool_calls: the complete calls. error: why
-    "error" (the engine's or the check's message). refusal: for a constrained output that failed,
-    the message a reply carries instead of presenting it; None otherwise."""
+    reasoning_tokens: the delivered tokens of its block (end marker included; `ReasoningPlan.count`).
+    tool_calls: the complete calls. error: why "error" (the engine's or the check's message).
+    refusal: for a constrained output that failed, the message a reply carries instead of
+    presenting it; None otherwise. enforcement: the constraint's enforcement report
+    (`guided.constraint.Constraint.report`: how each schema keyword was enforced), () for free text."""
 
     finish: str
     content: str = ""
@@ -39,6 +41,7 @@ class Outcome:
     tool_calls: list[ToolCall] = field(default_factory=list)
     error: str | None = None
     refusal: str | None = None
+    enforcement: tuple[KeywordEnforcement, ...] = ()
 
 
 def decide(
@@ -46,10 +49,13 @@ def decide(
     content: str,
     calls: list[ToolCall],
     reasoning: str | None,
-    reasoning_tokens: int,
+    plan: ReasoningPlan | None,
     constrained: bool,
+    enforcement: tuple[KeywordEnforcement, ...] = (),
 ) -> Outcome:
-    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one)."""
+    """The `Outcome` of `result` (its finish_reason already the verdict's, for a constrained one).
+    `plan`: the reasoning plan it ran with, which counts the reasoning tokens among the delivered
+    ones (`result.token_ids`) when there is a `reasoning` block; `enforcement`: the constraint's report."""
     reason = result.finish_reason
     if reason == "stop":
         finish = "tool_calls" if calls else "stop"
@@ -57,13 +63,12 @@ def decide(
         finish = "length" if reason == "length" else "error"
     error = (result.error or "generation failed") if finish == "error" else None
     refusal = f"the output is not valid against its constraint: {error}" if constrained and error else None
-    tokens = min(reasoning_tokens, result.usage.completion_tokens) if reasoning is not None else 0
-    return Outcome(finish, content, reasoning, tokens, list(calls), error, refusal)
+    tokens = plan.count(result.token_ids) if reasoning is not None and plan is not None else 0
+    return Outcome(finish, content, reasoning, tokens, list(calls), error, refusal, enforcement)
 
 
 def free_outcome(result: GenerationResult, plan: ReasoningPlan | None = None) -> Outcome:
     """The `Outcome` of an unconstrained generation: its reasoning block (per `plan`, the plan it
     ran with) split off the text and counted in tokens."""
     reasoning, content = plan.split(result.text) if plan is not None else (None, result.text)
-    tokens = plan.count(result.token_ids) if plan is not None else 0
-    return decide(result, content, [], reasoning, tokens, constrained=False)
+    return decide(result, content, [], reasoning, plan, constrained=False)

@@ -15,6 +15,7 @@ import mlx.core as mx
 from guided.bitmask import TokenBitmask
 from guided.constraint import Constraint
 from guided.prompt import describe_in_prompt, render_prompt
+from guided.request import Prepared, stream
 from guided.result import GuidedResult
 from guided.strategy import ConstrainedDecodingStrategy
 from runtime.drafters import make_drafter
@@ -88,13 +89,8 @@ class ConstrainedSession(Constraint):
         kwargs.setdefault("speculative", self.speculative)
         template = {k: kwargs.pop(k) for k in ("chat_template", "tools", "chat_template_kwargs") if k in kwargs}
         rendered = render_prompt(self.model, self, prompt, **template)
-        generation = self.generation(sampling, kwargs.get("logprobs", False), rendered.reasoning, self.bitmask)
-        for delta in self.model.stream(
-            rendered.ids, strategy=generation.strategy, sampling=sampling, max_tokens=max_tokens, **kwargs
-        ):
-            if delta.result is not None:
-                delta.result = generation.verdict(delta.result)
-            yield delta
+        prepared = Prepared(rendered.ids, rendered.reasoning, self)
+        yield from stream(self.model, prepared, sampling, max_tokens=max_tokens, bitmask=self.bitmask, **kwargs)
 
     def generate(self, prompt, **kwargs) -> GuidedResult:
         """Run one constrained generation to the end; arguments as `stream`. Returns a `GuidedResult`."""

@@ -49,15 +49,14 @@ from runtime.strategy import Step
 @dataclass
 class GuidedStats:
     """Guided counters of one generation (the loop's counters, forward passes, forced, drafted and
-    accepted tokens, are on `GenerationResult`). masks: bitmask rows filled; mask_seconds: CPU time
-    filling them (s), mostly hidden behind the forward pass; reasoning_tokens: tokens inside the
-    reasoning block (end marker included); retries: validate-and-rollback retries; violations:
+    accepted tokens, are on `GenerationResult`; the reasoning tokens, counted from the delivered
+    ones, on its `Outcome`). masks: bitmask rows filled; mask_seconds: CPU time filling them (s),
+    mostly hidden behind the forward pass; retries: validate-and-rollback retries; violations:
     every violation found ("<keyword> at <pointer>: <message>"), one per retry, and the last one too
     when it ended the generation."""
 
     masks: int = 0
     mask_seconds: float = 0.0
-    reasoning_tokens: int = 0
     retries: int = 0
     violations: list[str] = field(default_factory=list)
 
@@ -196,7 +195,6 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
 
     def advance(self, accepted: list[int], token: int) -> Step:
         if not self.gate.answering and (gated := self.gate.advance(accepted, token)) is not None:
-            self.stats.reasoning_tokens = self.gate.tokens
             self.outside += len(gated.tokens) + len(gated.forced)
             if not gated.answer:
                 return Step(tokens=gated.tokens, verified=len(accepted))

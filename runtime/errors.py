@@ -16,7 +16,15 @@ class ModelNotFound(CoreAIError, LookupError):
 
 class InputError(CoreAIError, ValueError):
     """Input this product refuses: an option, a prompt, a tool definition, a model setting it cannot
-    use. The message names what and why; it is a ValueError too, as it was before it had a type."""
+    use. The message names what and why; it is a ValueError too, as it was before it had a type.
+    `param`: the neutral name of the request field at fault ("tools", "tool_choice", "messages", ...,
+    the fields of `guided.request.Names`), which each front end spells its own way; None when the
+    error is about no one field. `code`: an OpenAI-style error code ("unsupported_parameter", ...) or None."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 class ParameterError(InputError):
@@ -24,8 +32,8 @@ class ParameterError(InputError):
     message starts with, so the server can name the request field and the CLI its flag."""
 
     def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, param)
+        self.param: str = param
 
 
 class ClusterLost(CoreAIError, RuntimeError):

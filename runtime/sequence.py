@@ -44,9 +44,12 @@ class GenerationResult:
     usage: Usage
     timings: Timings
     forward_passes: int = 0  # passes that produced logits to sample from (the prompt's last one included)
-    forced_tokens: int = 0  # jump-forward tokens
-    drafted_tokens: int = 0  # speculative draft tokens scored by the model
-    accepted_tokens: int = 0  # draft tokens accepted (emitted without a pass of their own)
+    # Of `token_ids` (the delivered tokens): the jump-forward ones, and the accepted draft tokens (emitted
+    # without a pass of their own). drafted_tokens: every draft token the model scored, so drafted -
+    # accepted are the ones not delivered: rejected, or accepted past the cut (stop, EOS, max_tokens).
+    forced_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     error: str | None = None
     stop_string: str | None = None  # the stop string that ended the output (trimmed from `text`), if one did
     parts: list[tuple[str | None, str]] = field(default_factory=list)  # `text` by channel (`Step.channels`)
@@ -110,7 +113,9 @@ class Sequence:
         self.origins: list[str] = []  # how each output token came (`Delta.origins`)
         self.reported = 0  # output tokens reported so far: they are always a prefix of `out`
         self.text_parts: list[tuple[str | None, str]] = []
-        self.stats = dict(forward_passes=1, forced_tokens=0, drafted_tokens=0, accepted_tokens=0)
+        # The costs: passes run and draft tokens fed. The counts of delivered tokens by origin (accepted
+        # drafts, forced) are taken from `origins` at the end, so a token cut off is never counted.
+        self.stats = dict(forward_passes=1, drafted_tokens=0)
         self.detok = tokenizer.detokenizer()
         self.stops = StopStrings(stop)
         self.finish: str | None = None
@@ -140,14 +145,12 @@ class Sequence:
             self.first = time.perf_counter()
         self.step = step
         trim = self.drafted - step.verified
-        self.stats["accepted_tokens"] += step.verified
         if step.rollback:
             if step.rollback > len(self.held):
                 raise RuntimeError(f"the strategy rolled back {step.rollback} tokens; {len(self.held)} were held back")
             del self.out[len(self.out) - step.rollback :], self.held[len(self.held) - step.rollback :]
             del self.labels[len(self.labels) - step.rollback :], self.origins[len(self.origins) - step.rollback :]
             trim += step.rollback
-        self.stats["forced_tokens"] += step.forced
         appended: list[int] = []
         for t in step.tokens:
             if t in self.tokenizer.eos_ids:
@@ -219,10 +222,8 @@ class Sequence:
             label = self.labels[base + i]
             chars, hit = self._add_text(parts, label, self.detok.last_segment)
             streamed += self._stream_tokens(entry, chars, hit)
-            if hit:
+            if hit:  # the tokens after this one are never delivered (`result` counts the reported ones)
                 self.finish, self.stop_string = "stop", hit
-                cut = len(self.out) - (len(emitted) - i - 1) - len(self.held)
-                del self.out[cut:], self.labels[cut:], self.origins[cut:]
                 self.held = []
                 break
         else:
@@ -304,8 +305,12 @@ class Sequence:
         return Delta("", [], finish_reason=finish, result=self.result())
 
     def result(self) -> GenerationResult:
+        """The finished sequence's result. Its tokens are the delivered ones, those reported with the
+        deltas: not the tokens of a stop string (nor one it cuts through), not the tokens held back
+        when it ended outside a step. Every count of tokens (completion tokens, accepted drafts,
+        forced tokens) is a count of them, whatever the steps appended past the cut."""
         now = time.perf_counter()
-        first, out = self.first, self.out
+        first, out, origins = self.first, self.out[: self.reported], self.origins[: self.reported]
         assert self.finish is not None  # called once the sequence finished (`emit`, `end`)
         ttft = (first or now) - self.start
         decode_time = now - (first or now)
@@ -326,6 +331,8 @@ class Sequence:
             error=self.error,
             stop_string=self.stop_string,
             parts=list(self.text_parts),
+            forced_tokens=origins.count("forced"),
+            accepted_tokens=origins.count("drafted"),
             **self.stats,
         )
 

@@ -308,6 +308,21 @@ def test_generate_with_tools_prints_the_calls(tiny_model_dir, tmp_path, capsys):
         assert code != 0 and "need --tools" in capsys.readouterr().err, flags
 
 
+def test_generate_refusals_name_the_flag(tiny_model_dir, tmp_path, capsys):
+    """The CLI fills the one request (`guided.request`) with its own names: a refused tool choice or
+    tool definition names the flag at fault, one line, no traceback."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]))
+    code = main(["generate", str(tiny_model_dir), "--prompt", "x", "--tools", str(tools), "--tool-choice", "nope"])
+    err = capsys.readouterr().err
+    assert code == 1 and "error: --tool-choice: " in err and "'nope'" in err and "Traceback" not in err
+    bad_parameters = {"type": "object", "properties": {"n": {"type": "integer", "minimum": "a"}}}
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": bad_parameters}}]))
+    code = main(["generate", str(tiny_model_dir), "--prompt", "x", "--tools", str(tools)])
+    err = capsys.readouterr().err
+    assert code == 1 and "error: --tools[0].function.parameters: tool 'f'" in err
+
+
 def test_generate_with_tools_keeps_the_complete_calls_when_max_tokens_cuts_one(tiny_model_dir, tmp_path, capsys):
     """Parallel calls cut by --max-tokens: the complete calls are printed and the cut one dropped,
     as the server does (with finish_reason length), not the raw markup as invalid output."""

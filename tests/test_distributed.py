@@ -1,6 +1,7 @@
 """One model across two real ranks on loopback (MLX's ring backend, free ports): `coreai serve` and
 `coreai generate` under `mlx.launch` give, greedy, byte for byte what one process gives (a schema
-request, a tool call, a stream; tensor and pipeline parallel); a stream cancelled mid-way leaves both
+request, a tool call, a stream on chat completions, Responses and Messages; tensor and pipeline
+parallel); a stream cancelled mid-way leaves both
 ranks serving; a model that cannot split is refused at start; a killed rank ends the server (503,
 then exit code 3) within a bound.
 
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -134,7 +136,8 @@ def client(base: str) -> openai.OpenAI:
 
 
 def answers(base: str) -> dict:
-    """The greedy answers compared: a schema request, a tool call, a stream (text, finish, calls)."""
+    """The greedy answers compared: a schema request, a tool call and a stream on chat completions, a
+    schema request on Responses, a forced tool call on Messages."""
     c = client(base)
     name = c.models.list().data[0].id
     schema = c.chat.completions.create(
@@ -147,7 +150,23 @@ def answers(base: str) -> dict:
     call = tool.choices[0].message.tool_calls[0].function
     stream = c.chat.completions.create(model=name, messages=USER, max_tokens=40, stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    response = c.responses.create(
+        model=name,
+        input=USER,
+        max_output_tokens=40,
+        text={"format": {"type": "json_schema", "name": "p", "schema": SCHEMA}},
+    )
+    f = TOOLS[0]["function"]
+    message = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0).messages.create(
+        model=name,
+        max_tokens=60,
+        messages=USER,
+        tools=[{"name": f["name"], "input_schema": f["parameters"]}],
+        tool_choice={"type": "any"},
+    )
     return {
+        "responses": (response.output_text, response.status),
+        "messages": ([block.model_dump(exclude={"id"}) for block in message.content], message.stop_reason),
         "schema": (schema.message.content, schema.finish_reason),
         "tool": (call.name, call.arguments, tool.choices[0].finish_reason),
         "stream": text,

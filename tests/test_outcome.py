@@ -33,15 +33,15 @@ def result(finish: str, token_ids=(1, 2, 3), text="abc", error=None) -> Generati
     ],
 )
 def test_finish(finish, calls, expected):
-    assert decide(result(finish), "", calls, None, 0, constrained=True).finish == expected
+    assert decide(result(finish), "", calls, None, None, constrained=True).finish == expected
 
 
 def test_a_constrained_output_that_failed_is_a_refusal_and_a_free_one_is_not():
     failed = result("error", error="incomplete: a stop string ended the output")
-    constrained = decide(failed, "abc", [], None, 0, constrained=True)
+    constrained = decide(failed, "abc", [], None, None, constrained=True)
     assert constrained.refusal is not None and "a stop string ended the output" in constrained.refusal
-    assert decide(failed, "abc", [], None, 0, constrained=False).refusal is None
-    assert decide(result("length"), "ab", [], None, 0, constrained=True).refusal is None
+    assert decide(failed, "abc", [], None, None, constrained=False).refusal is None
+    assert decide(result("length"), "ab", [], None, None, constrained=True).refusal is None
 
 
 @pytest.mark.parametrize(

@@ -57,9 +57,20 @@ def test_reasoning_then_a_valid_answer(qwen3):
     result = session.generate(MESSAGES, max_tokens=60, temperature=1.0, seed=5)
     assert result.valid and result.value is not None and set(result.value) == {"ok", "n"}
     assert result.reasoning and "</think>" not in result.text and result.text.startswith("{")
-    assert result.stats.reasoning_tokens == 12  # the budget forced the end marker (random weights never close it)
     end = qwen3.tokenizer.hf.convert_tokens_to_ids("</think>")
     assert result.token_ids[11] != end and result.token_ids[12] == end  # forced right after 12 tokens
+    # the budget forced the end marker (random weights never close it): 12 tokens and the marker
+    assert result.outcome.reasoning_tokens == 13
+
+
+@pytest.mark.parametrize("speculate", [False, True], ids=["plain", "drafted"])
+def test_a_cut_inside_the_block_counts_the_delivered_reasoning_tokens(qwen3, speculate):
+    """Issue 41: max_tokens ends the output inside the block (with drafts, which run past it): every
+    delivered token is a reasoning token, and no other is counted."""
+    session = ConstrainedSession(qwen3, schema=SCHEMA, max_reasoning_tokens=40)
+    result = session.generate(MESSAGES, max_tokens=7, speculative=qwen3 if speculate else None)
+    assert result.finish_reason == "length" and (result.drafted_tokens > 0) == speculate
+    assert result.outcome.reasoning_tokens == result.usage.completion_tokens == len(result.token_ids) == 7
 
 
 def test_no_eos_inside_the_block(qwen3):
@@ -80,7 +91,7 @@ def test_no_eos_inside_the_block(qwen3):
 def test_enable_thinking_false_gives_no_reasoning(qwen3):
     session = ConstrainedSession(qwen3, schema=SCHEMA)
     result = session.generate(MESSAGES, max_tokens=40, chat_template_kwargs={"enable_thinking": False})
-    assert result.valid and result.reasoning is None and result.stats.reasoning_tokens == 0
+    assert result.valid and result.reasoning is None and result.outcome.reasoning_tokens == 0
 
 
 def test_a_model_may_open_the_block_itself(qwen3):

@@ -210,16 +210,22 @@ def test_json_object_gets_no_hints_and_other_constraints_refuse_the_option(tiny_
     assert ConstrainedSession(tiny_model, regex="[0-9]+").prompt("Doc") == "Doc"  # the default leaves it alone
 
 
-def test_cli_flag_reaches_the_session(tiny_model, tiny_model_dir, capsys):
+def test_cli_flag_reaches_the_prompt(tiny_model, tiny_model_dir, capsys):
     from coreai.cli import build_parser, main
-    from coreai.commands.common import constrained_session
+    from coreai.commands.generate import request_of
+    from guided.request import prepare
 
-    def session(*flags):
+    def prompt_ids(*flags):
         args = build_parser().parse_args(["generate", str(tiny_model_dir), "--prompt", "x", *flags])
-        return constrained_session(tiny_model, args)
+        return prepare(tiny_model, request_of(args, args.prompt, None)).ids
 
-    assert session("--schema", '{"type": "object"}', "--schema-in-prompt").schema_in_prompt is True
-    assert session("--json-object", "--no-schema-in-prompt").schema_in_prompt is False
+    schema = '{"type": "object", "properties": {"day": {"type": "string", "format": "date"}}, "required": ["day"]}'
+    described, plain = (
+        prompt_ids("--schema", schema, "--schema-in-prompt"),
+        prompt_ids("--schema", schema, "--no-schema-in-prompt"),
+    )
+    assert len(described) > len(plain)
+    assert "YYYY-MM-DD" in tiny_model.tokenizer.decode(described) and "YYYY" not in tiny_model.tokenizer.decode(plain)
     assert main(["generate", str(tiny_model_dir), "--prompt", "x", "--regex", "[0-9]", "--schema-in-prompt"]) == 1
     assert "--schema-in-prompt needs --schema or --json-object" in capsys.readouterr().err
 
@@ -245,7 +251,7 @@ def test_server_request_field_and_server_setting(tiny_model):
         client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
         assert prompt_tokens(client) == described  # the server's --schema-in-prompt
         assert prompt_tokens(client, schema_in_prompt=False) == plain  # the request overrides it
-        with pytest.raises(openai.BadRequestError, match="schema_in_prompt needs response_format"):
+        with pytest.raises(openai.BadRequestError, match="schema_in_prompt needs a JSON answer format"):
             client.chat.completions.create(
                 model="tiny", messages=chat, max_tokens=2, extra_body={"schema_in_prompt": True}
             )
@@ -261,7 +267,6 @@ def test_the_session_and_the_server_render_one_prompt(tiny_model, tools, monkeyp
     token ids for the same request, also when the first message has the `developer` role (the
     session used to put the tool prompt before it as a second system message)."""
     from coreai.server.config import ServerConfig
-    from coreai.server.constraints import Constraints
     from coreai.server.prepare import Preparer
     from coreai.server.schemas import ChatCompletionRequest
     from guided import ConstrainedSession, GrammarCache
@@ -275,7 +280,7 @@ def test_the_session_and_the_server_render_one_prompt(tiny_model, tools, monkeyp
         body |= {"tools": [SEARCH]}
         options |= {"tools": [SEARCH]}
     info = get_tokenizer_info(tiny_model.tokenizer, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
-    preparer = Preparer(tiny_model, ServerConfig(), Constraints(tiny_model, info, GrammarCache()))
+    preparer = Preparer(tiny_model, ServerConfig(), GrammarCache(), guided=info is not None)
     params, _ = preparer.chat(ChatCompletionRequest(**body))
     rendered = []  # what the session renders, observed at the model's own call
     render = tiny_model.prompt_ids

@@ -23,6 +23,7 @@ import regex
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
+from guided import Constraint
 from guided.validation import check_json
 
 KEY = "test-key"
@@ -597,8 +598,8 @@ def test_null_parameters_take_their_defaults(tiny):
         (
             chat_body(tools=UNIT_TOOLS, structured_outputs={"regex": "[a-z]+"}),
             400,
-            "structured_outputs",
-            "must be a JSON Schema or json_object",
+            "structured_outputs.regex",
+            "the answer's format is a schema or json_object",
         ),
         (
             chat_body(
@@ -878,6 +879,40 @@ def test_qwen_stop_strings(qwen):
     assert r.choices[0].finish_reason == "stop" and "4" in content and "5" not in content
 
 
+@pytest.mark.model
+def test_qwen_accepted_drafts_are_delivered_tokens_at_a_stop_string(qwen):
+    """Issue 41: under prompt lookup (the server's default), drafts run past a stop string; the reply
+    counts only the tokens it delivered, whole and streamed (it said 6 accepted of 5 completion
+    tokens: the drafts accepted past the stop, and the stop string's own tokens, were counted)."""
+    body = dict(
+        model="qwen",
+        max_tokens=40,
+        stop=["gamma delta alpha"],
+        messages=[
+            {"role": "user", "content": "Repeat this text exactly, nothing else: 'alpha beta gamma delta alpha beta'"}
+        ],
+        logprobs=True,
+    )
+    whole = client(qwen).chat.completions.create(**body)
+    chunks = list(client(qwen).chat.completions.create(**body, stream=True, stream_options={"include_usage": True}))
+    for usage, entries in (
+        (whole.usage, whole.choices[0].logprobs.content),
+        (
+            chunks[-1].usage,
+            [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content],
+        ),
+    ):
+        details = usage.completion_tokens_details
+        assert 0 < details.accepted_prediction_tokens <= usage.completion_tokens == len(entries)
+        assert details.rejected_prediction_tokens >= 0
+    assert whole.choices[0].finish_reason == "stop"
+    streamed = chunks[-1].usage  # the same tokens (its prompt came from the prefix cache)
+    assert (whole.usage.completion_tokens, whole.usage.completion_tokens_details) == (
+        streamed.completion_tokens,
+        streamed.completion_tokens_details,
+    )
+
+
 PERSON = {
     "type": "object",
     "properties": {
@@ -1149,6 +1184,17 @@ def test_a_lone_surrogate_escape_is_a_400_naming_the_field(tiny, route, body, pa
     assert "surrogate" in error["message"] and (error["param"] or "").startswith(param), error
 
 
+def test_openai_bookkeeping_fields_are_accepted_and_store_true_is_refused(tiny):
+    """Frameworks send `metadata`, `service_tier`, `store: false`; they mean nothing here and are
+    accepted. `store: true` asks for a stored completion this server cannot keep: a 400 naming it."""
+    c = client(tiny)
+    extra = dict(metadata={"run": "a"}, service_tier="auto", store=False)
+    assert c.chat.completions.create(model="tiny", messages=USER, max_tokens=2, **extra).choices
+    with pytest.raises(openai.BadRequestError) as error:
+        c.chat.completions.create(model="tiny", messages=USER, max_tokens=2, store=True)
+    assert error.value.body["param"] == "store" and "/v1/responses" in error.value.body["message"]
+
+
 def test_a_constrained_output_that_is_not_valid_is_a_refusal(tiny):
     """finish_reason "error" (the output breaks its schema) also sets `message.refusal`, whole and
     streamed, so the openai SDK's `parse()` leaves `parsed` None instead of parsing invalid JSON
@@ -1208,7 +1254,6 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     import asyncio
 
     from coreai.server import schemas
-    from coreai.server.constraints import Constraint
     from coreai.server.engine import Piece
     from coreai.server.queue import Job
     from coreai.server.replies import ChatReply
@@ -1237,7 +1282,7 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
             return item if item is not None else Job.END
 
     req = schemas.ChatCompletionRequest(model="tiny", messages=USER, stream=True)
-    reply = ChatReply(req, Constraint(None, tool_mode="required"), tiny_model, "tiny")
+    reply = ChatReply(req, Constraint(tiny_model, tools=UNIT_TOOLS, tool_choice="required"), tiny_model, "tiny")
 
     async def collect():
         return [c async for c in reply.stream([OneShotJob()])]

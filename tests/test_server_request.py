@@ -11,7 +11,6 @@ import pytest
 
 from coreai.server import schemas
 from coreai.server.config import ServerConfig
-from coreai.server.constraints import Constraint, Constraints
 from coreai.server.engine import Piece
 from coreai.server.errors import APIError
 from coreai.server.events import ReplyEvents, outcome_of
@@ -22,7 +21,7 @@ from coreai.server.responses import ResponseBuilder
 from coreai.server.responses_request import RESPONSES_NAMES, generation_request
 from coreai.server.responses_schemas import ResponseCreateRequest
 from coreai.server.responses_stream import events
-from guided import GrammarCache, GuidedResult
+from guided import Constraint, GrammarCache, GuidedResult
 from guided.outcome import decide
 from guided.tokenizer_info import get_tokenizer_info
 from guided.tools.calls import ToolCall
@@ -98,7 +97,7 @@ def test_mapping_errors_name_the_responses_fields(fields, param, words):
 @pytest.fixture(scope="module")
 def preparer(tiny_model):
     info = get_tokenizer_info(tiny_model.tokenizer, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
-    return Preparer(tiny_model, ServerConfig(max_tokens=100), Constraints(tiny_model, info, GrammarCache()))
+    return Preparer(tiny_model, ServerConfig(max_tokens=100), GrammarCache(), guided=info is not None)
 
 
 @pytest.mark.parametrize(
@@ -135,7 +134,7 @@ def cut_call():
     parts = [("markup", "<tool_call>\n"), ("call:0", '{"name": "get_weather", "arguments": {"city": "Par')]
     pieces = [Piece("<tool_call>\n" + parts[1][1], parts=parts, call_ids=("call_a",))]
     result = GuidedResult(pieces[0].text, [1] * 12, "length", Usage(10, 12), Timings(), tool_calls=[])
-    result.outcome = decide(result, "", [], None, 0, constrained=True)  # as the verdict decides it
+    result.outcome = decide(result, "", [], None, None, constrained=True)  # as the verdict decides it
     return pieces, result
 
 
@@ -143,7 +142,7 @@ def test_the_responses_stream_and_the_whole_response_agree_on_a_cut_call(tiny_mo
     """One outcome: the cut call is `incomplete` in the stream's `output_item.done`, in its final
     response and in the whole response, which are the same but for the ids; chat says "length"."""
     pieces, result = cut_call()
-    constraint = Constraint(None, tool_mode="required")
+    constraint = Constraint(tiny_model, tools=[WEATHER], tool_choice="required")
     req = responses_body(tools=[WEATHER], tool_choice="required")
     builder = ResponseBuilder(req, "tiny", tiny_model.tokenizer)
     whole = builder.render(outcome_of(pieces, result, ReplyEvents(constraint, None))).model_dump()
@@ -187,8 +186,8 @@ def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
     ]
     pieces = [Piece("".join(t for _, t in parts), parts=parts, call_ids=("call_a", "call_b"))]
     result = GuidedResult(pieces[0].text, [1] * 30, "length", Usage(10, 30), Timings(), tool_calls=[done])
-    result.outcome = decide(result, "", [done], None, 0, constrained=True)
-    constraint = Constraint(None, tool_mode="required")
+    result.outcome = decide(result, "", [done], None, None, constrained=True)
+    constraint = Constraint(tiny_model, tools=[WEATHER], tool_choice="required")
     request = schemas.ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "x"}], stream=True)
     chat = ChatReply(request, constraint, tiny_model, "t")
     choice = chat.complete([(pieces, result)]).choices[0]

@@ -209,8 +209,8 @@ def test_cancel_is_seen_between_prefill_chunks(tiny_model):
 
 @pytest.mark.model
 def test_a_stop_string_ends_the_tokens_too(qwen_model):
-    """A step with several accepted draft tokens is cut at the token that completes the stop string:
-    ids, usage and logprobs as without speculation."""
+    """A step with several accepted draft tokens is cut before the stop string: ids, usage and
+    logprobs as without speculation, and the accepted drafts among them (issue 41)."""
     prompt = "Repeat this text exactly, nothing else: 'alpha beta gamma delta alpha beta gamma delta'"
     slow = list(qwen_model.stream(prompt, max_tokens=16, stop=["a b"], logprobs=True))
     deltas = list(qwen_model.stream(prompt, max_tokens=16, stop=["a b"], logprobs=True, speculative="prompt_lookup"))
@@ -222,8 +222,9 @@ def test_a_stop_string_ends_the_tokens_too(qwen_model):
     )
     streamed = [t for d in deltas for t in d.token_ids]
     assert streamed == [t for d in slow for t in d.token_ids]
-    # The tokens that only spell the stop string are generated (usage) but not streamed.
-    assert streamed == fast.token_ids[: len(streamed)] and len(streamed) < len(fast.token_ids)
+    # The tokens that spell the stop string are neither streamed nor counted.
+    assert streamed == fast.token_ids and fast.usage.completion_tokens == len(streamed)
+    assert fast.accepted_tokens == [o for d in deltas for o in d.origins].count("drafted")
 
 
 # -- the draft cost model and the suffix drafter (deterministic: injected costs and acceptance) --------

@@ -100,6 +100,11 @@ def test_a_duplicate_in_a_call_is_rolled_back(tiny_model, tool_choice):
     stream = CallStream()
     events = [e for d in deltas for e in stream.feed(d.parts)] + stream.finish(result.tool_calls)
     assert "".join(e[2] for e in events if e[0] == "args") == call.arguments
+    # The outcome carries the one enforcement report, the keyword checked in calls naming its tool.
+    checked = [e for e in result.outcome.enforcement if e.how == "validate-and-rollback"]
+    assert result.outcome.enforcement == session.report and [(e.keyword, e.pointer, e.tool) for e in checked] == [
+        ("uniqueItems", "/properties/tags/uniqueItems", "tag")
+    ]
 
 
 def test_not_in_a_call_is_rolled_back(tiny_model):
@@ -134,7 +139,6 @@ def test_streamed_call_ids_are_the_result_ids(tiny_model):
     """The server streams each call's first delta with the id the call's `ToolCall` has: the real
     engine, job and chat reply, the result's calls beside the chunks."""
     from coreai.server import schemas
-    from coreai.server.constraints import Constraint
     from coreai.server.engine import Engine, GenerationParams
     from coreai.server.queue import Job
     from coreai.server.replies import ChatReply
@@ -146,10 +150,10 @@ def test_streamed_call_ids_are_the_result_ids(tiny_model):
     session = ConstrainedSession(tiny_model, tools=[TOGGLE, plain], tool_choice="required")
     sampling = SamplingParams(temperature=0.0, logit_bias={e: 6.0 for e in tiny_model.tokenizer.eos_ids})
     prompt = tiny_model.prompt_ids(USER, tools=session.tools.template_tools)
-    params = GenerationParams(prompt, sampling, max_tokens=160, stop=[], session=session)
+    params = GenerationParams(prompt, sampling, max_tokens=160, stop=[], constraint=session)
     engine = Engine(tiny_model, max_batch=1, prompt_cache_bytes=0)
     req = schemas.ChatCompletionRequest(model="tiny", messages=USER, stream=True)
-    reply = ChatReply(req, Constraint(session, "required"), tiny_model, "tiny")
+    reply = ChatReply(req, session, tiny_model, "tiny")
 
     async def run():
         job = Job(params, asyncio.get_running_loop())

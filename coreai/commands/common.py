@@ -198,44 +198,40 @@ def check_grammar_args(args) -> None:
         raise InputError("--schema-in-prompt needs --schema or --json-object")
 
 
-def session_options(args) -> dict:
-    """The `ConstrainedSession` options the grammar flags give (whitespace, strict, lenient, ...)."""
+def constraint_options(args) -> dict:
+    """The `guided.Constraint` options the grammar flags give every constraint (whitespace, strict,
+    lenient, max_reasoning_tokens); checks the flags first."""
     check_grammar_args(args)
-    options = dict(
+    return dict(
         whitespace=args.whitespace,
         strict=not args.no_strict,
         lenient=args.lenient,
         max_reasoning_tokens=args.max_reasoning_tokens,
     )
-    if args.schema or args.json_object:
-        options["schema_in_prompt"] = args.schema_in_prompt
-        options["schema_hint_budget"] = args.schema_hint_budget
-    return options
 
 
-def constrained_session(model, args):
-    """A `ConstrainedSession` for the grammar options given, or None when there are none."""
-    from guided import ConstrainedSession
-
-    options = session_options(args)
+def answer_of(args) -> tuple[str, dict] | None:
+    """(the flag, the `guided.Constraint` options) of the output format the grammar flags ask for
+    (`guided.request.GenerationRequest.answer`), or None for free text."""
     if args.schema:  # inline JSON or a file path: `guided.spec.load_schema` tells them apart
-        return ConstrainedSession(model, schema=args.schema, **options)
+        return "--schema", {"schema": args.schema}
     if args.json_object:
-        return ConstrainedSession(model, json_object=True, **options)
+        return "--json-object", {"json_object": True}
     if args.regex:
-        return ConstrainedSession(model, regex=args.regex, **options)
+        return "--regex", {"regex": args.regex}
     if args.choice:
-        return ConstrainedSession(model, choices=args.choice, **options)
+        return "--choice", {"choices": args.choice}
     if args.grammar:
-        return ConstrainedSession(model, grammar=Path(args.grammar).read_text(), **options)
+        return "--grammar", {"grammar": Path(args.grammar).read_text()}
     return None
 
 
-def print_enforcement(session, result) -> None:
-    """On stderr: the schema keywords not enforced by the grammar alone, and the violations found."""
+def print_enforcement(outcome, result) -> None:
+    """On stderr: the keywords not enforced by the grammar alone (the outcome's enforcement report,
+    the tool named for those in calls), and the violations found."""
     from guided.enforcement import GRAMMAR, summary
 
-    rows = summary(session.enforcement)
+    rows = summary(outcome.enforcement)
     by_grammar = sum(n for _, how, n, _ in rows if how == GRAMMAR)
     for keyword, how, n, pointers in rows:
         if how != GRAMMAR:

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coreai.commands import common
 from runtime.errors import InputError
+
+if TYPE_CHECKING:
+    from guided.request import GenerationRequest
 
 
 def register(sub) -> None:
@@ -31,62 +35,96 @@ def register(sub) -> None:
     common.add_distributed_args(p)
     common.add_grammar_args(p)
     common.add_speculative_arg(p)
-    p.add_argument("--tools", type=Path, help="JSON file with a list of tools (OpenAI function definitions)")
+    p.add_argument(
+        "--tools", type=Path, help="JSON file with a list of tools (OpenAI function or custom tool definitions)"
+    )
     p.add_argument(
         "--tool-choice",
-        help="with --tools: auto (default), required, none, or a function name (exactly one call of it)",
+        help="with --tools: auto (default), required, none, or a tool's name (exactly one call of it)",
     )
     p.add_argument("--no-parallel-tool-calls", action="store_true", help="with --tools: at most one call")
     p.add_argument("-v", "--verbose", action="store_true", help="also print forward passes and draft acceptance")
     p.set_defaults(func=run)
 
 
+def request_of(args, prompt, tools: list | None) -> GenerationRequest:
+    """The one request (`guided.request.GenerationRequest`) the flags ask for, its errors naming
+    the flags; `prompt`: the text or messages, `tools`: the --tools file's list."""
+    from guided.request import GenerationRequest, Names
+
+    names = Names(
+        messages="--prompt/--messages",
+        max_tokens="--max-tokens",
+        tools="--tools",
+        tool_choice="--tool-choice",
+        tool_parameters="--tools[{}].function.parameters",
+        tool_format="--tools[{}].format",
+        schema_in_prompt="--schema-in-prompt",
+    )
+    # A tool's name (function or custom) is exactly one call of it: guided reads a bare name so.
+    choice = args.tool_choice or "auto"
+    return GenerationRequest(
+        messages=prompt,
+        names=names,
+        max_tokens=args.max_tokens,
+        stop=args.stop or [],
+        answer=common.answer_of(args),
+        tools=tools,
+        tool_choice=choice if tools is not None else None,
+        parallel_tool_calls=not args.no_parallel_tool_calls,
+        chat_template=not args.no_chat_template,
+        chat_template_kwargs={"enable_thinking": False} if args.no_thinking else None,
+        schema_in_prompt=args.schema_in_prompt,
+        schema_hint_budget=args.schema_hint_budget,
+    )
+
+
 def run(args) -> int:
     sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
-    common.check_grammar_args(args)
+    options = common.constraint_options(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     if args.tools is None and (args.tool_choice is not None or args.no_parallel_tool_calls):
         raise InputError("--tool-choice and --no-parallel-tool-calls need --tools FILE")
-    tools = read_tools(args) if args.tools is not None else None
+    if args.tools is not None and any(getattr(args, k) for k in ("regex", "choice", "grammar")):
+        raise InputError("--tools cannot be combined with --regex, --choice or --grammar (--schema can)")
+    request = request_of(args, prompt, read_tools(args) if args.tools is not None else None)
     model = common.load_model(args, common.cluster(args))
     if common.follows(model):
         return common.follow(model)
     try:
-        return generate(model, args, sampling, prompt, tools)
+        return generate(model, args, sampling, options, request)
     finally:
         if model.leader is not None:  # the other ranks wait for rank 0's word that it is done
             model.leader.close()
 
 
-def generate(model, args, sampling, prompt, tools) -> int:
-    """Generate, print the output and the figures; the exit code."""
-    from guided import free_outcome
+def generate(model, args, sampling, options, request) -> int:
+    """Generate `request` (`guided.request.GenerationRequest`), print the output and the figures; the
+    exit code."""
+    from guided import GuidedResult, free_outcome
+    from guided.request import Defaults, prepare, stream
 
-    session = common.constrained_session(model, args) if tools is None else tools_session(model, tools, args)
-    kwargs = dict(
-        max_tokens=args.max_tokens,
-        sampling=sampling,
-        stop=args.stop or None,
-        chat_template=not args.no_chat_template,
-        speculative=args.speculative,
-        chat_template_kwargs={"enable_thinking": False} if args.no_thinking else None,
+    prepared = prepare(model, request, defaults=Defaults(options=options))
+    constraint = prepared.constraint
+    deltas = stream(
+        model, prepared, sampling, max_tokens=args.max_tokens, stop=request.stop or None, speculative=args.speculative
     )
-    runner = session if session is not None else model
-    if args.stream:
-        result = None
-        for delta in runner.stream(prompt, **kwargs):
+    result = None
+    for delta in deltas:
+        if args.stream:
             sys.stdout.write(delta.text)
             sys.stdout.flush()
-            result = delta.result or result
+        result = delta.result or result
+    if args.stream:
         sys.stdout.write("\n")
-        assert result is not None  # the last delta carries the result
-    else:
-        result = runner.generate(prompt, **kwargs)
+    assert result is not None  # the last delta carries the result
     # What the result means is decided once (`guided.outcome`); the CLI renders it, as the server does.
-    outcome = result.outcome if session is not None else free_outcome(result)
+    checked = result if isinstance(result, GuidedResult) else None  # a constrained generation's verdict
+    outcome = checked.outcome if checked is not None else free_outcome(result, prepared.reasoning)
+    assert outcome is not None  # the verdict decided it
     # Beside complete calls, an output cut by --max-tokens is those calls (the cut one is dropped).
     cut_after_calls = outcome.finish == "length" and bool(outcome.tool_calls)
-    usable = session is None or result.valid or cut_after_calls
+    usable = checked is None or checked.valid or cut_after_calls
     if not args.stream:
         if outcome.reasoning:
             print(f"[reasoning] {outcome.reasoning}", file=sys.stderr)
@@ -94,27 +132,25 @@ def generate(model, args, sampling, prompt, tools) -> int:
             print("coreai generate: a call cut by --max-tokens was dropped", file=sys.stderr)
         if not usable:  # stdout carries only valid output (e.g. into a pipe)
             print(f"coreai generate: partial output, not valid: {result.text}", file=sys.stderr)
-        elif tools is not None:  # one JSON line per call, then the text answer, if any
-            for call in outcome.tool_calls:
-                print(json.dumps({"name": call.name, "arguments": call.args}, ensure_ascii=False))
+        elif request.tools is not None:  # one JSON line per call, then the text answer, if any
+            for call in outcome.tool_calls:  # a custom tool's call: its raw input
+                given = {"input": call.input} if call.kind == "custom" else {"arguments": call.args}
+                print(json.dumps({"name": call.name, **given}, ensure_ascii=False))
             if outcome.content:
                 print(outcome.content)
         else:
             print(outcome.content)
     common.print_stats(result, outcome.finish, args.verbose)
-    if session is not None and args.verbose:
-        common.print_enforcement(session, result)
-    if not usable:
-        print(f"coreai generate: invalid output: {'; '.join(result.errors)}", file=sys.stderr)
+    if constraint is not None and args.verbose:
+        common.print_enforcement(outcome, result)
+    if checked is not None and not usable:
+        print(f"coreai generate: invalid output: {'; '.join(checked.errors)}", file=sys.stderr)
         return 1
     return 1 if outcome.finish == "error" else 0
 
 
 def read_tools(args) -> list:
-    """The --tools file's list of tools; ValueError (before the model loads) for a bad file or flags
-    that do not go with tools."""
-    if any(getattr(args, k) for k in ("regex", "choice", "grammar")):
-        raise InputError("--tools cannot be combined with --regex, --choice or --grammar (--schema can)")
+    """The --tools file's list of tools; InputError (before the model loads) for a bad file."""
     try:
         tools = json.loads(args.tools.read_text())
     except (OSError, ValueError) as exc:
@@ -122,22 +158,3 @@ def read_tools(args) -> list:
     if not isinstance(tools, list) or not tools:
         raise InputError(f"--tools {args.tools}: expected a non-empty JSON list of tools")
     return tools
-
-
-def tools_session(model, tools: list, args):
-    """The `ConstrainedSession` of --tools: `--tool-choice` auto / required / none or a function name;
-    `--schema` / `--json-object` constrain the text answer beside the calls."""
-    from guided import ConstrainedSession
-
-    choice = args.tool_choice or "auto"
-    if choice not in ("auto", "required", "none"):
-        choice = {"type": "function", "function": {"name": choice}}
-    return ConstrainedSession(
-        model,
-        tools=tools,
-        tool_choice=choice,
-        schema=args.schema or None,
-        json_object=bool(args.json_object),
-        parallel_tool_calls=not args.no_parallel_tool_calls,
-        **common.session_options(args),
-    )

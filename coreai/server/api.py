@@ -1,6 +1,6 @@
 """What every route module uses, below all of them: the server instance as a dependency, the model
 check, queueing a request's generations and the error responses the OpenAPI schema lists. The route
-modules (`routes`, `responses`) import this one and never each other."""
+modules (`routes`, `responses`, `messages`) import this one and never each other."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The FastAPI app: `/health`, `/v1/models`, `/v1/models/{model}`, `/v1/chat/completions`,
-`/v1/completions`, `/v1/responses` (+ `/docs`, `/openapi.json`, and the playground page at `/`); the
-routes are in `coreai.server.routes` and `coreai.server.responses`, their shared helpers in
-`coreai.server.api`, the playground's in `coreai.server.playground`.
+`/v1/completions`, `/v1/responses`, Anthropic's `/v1/messages` (+ `/docs`, `/openapi.json`, and the
+playground page at `/`); the routes are in `coreai.server.routes`, `coreai.server.responses` and
+`coreai.server.messages`, their shared helpers in `coreai.server.api`, the playground's in
+`coreai.server.playground`.
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,
@@ -21,7 +22,7 @@ import contextlib
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 
-from coreai.server import playground, responses
+from coreai.server import messages, playground, responses
 from coreai.server.config import ServerConfig
 from coreai.server.errors import install as install_error_handlers
 from coreai.server.guard import BodyLimit, require_api_key
@@ -61,5 +62,6 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(responses.router, prefix="/v1", dependencies=[Depends(require_api_key)])
+    app.include_router(messages.router, prefix="/v1", dependencies=[Depends(require_api_key)])
     playground.install(app)  # the page at `/` (docs/reference/server.md#the-playground)
     return app

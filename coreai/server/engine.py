@@ -1,10 +1,10 @@
 """The model behind the server: the worker thread (`coreai.server.queue.Worker`, which owns the
 engine) steps one batch of generations (`runtime.batch.BatchGenerator`), up to `max_batch` decoding
 together, with a prefix cache of several entries (mlx-lm's `LRUPromptCache`, bounded in bytes). A
-constrained request is a row driven by the strategy of its `guided.ConstrainedSession` and gets that
-session's verdict (the same path as the Python API and the CLI); a free one a `SamplingStrategy`.
+constrained request is a row driven by a `guided.Generation` of its `guided.Constraint` and gets that
+generation's verdict (the same path as the Python API and the CLI); a free one a `SamplingStrategy`.
 
-Everything that touches MLX (the forward passes, the sessions' bitmasks, log-probabilities) runs on
+Everything that touches MLX (the forward passes, the generations' bitmasks, log-probabilities) runs on
 the worker thread; the event loop only sees plain Python values (`Piece`s and the final
 `GenerationResult`, a `GuidedResult` for constrained requests).
 """
@@ -20,7 +20,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
 
 from coreai.server.queue import Job
-from guided import ConstrainedSession
+from guided import Constraint
 from guided.generation import Generation
 from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
@@ -60,7 +60,7 @@ class GenerationParams:
     """One generation as the worker runs it.
 
     prompt_ids: token ids of the rendered prompt. max_tokens: completion budget (tokens).
-    session: the guided session constraining the output, or None for free text.
+    constraint: the compiled constraint on the output (`guided.Constraint`), or None for free text.
     logprobs: return per-token logprobs; top_logprobs: how many alternatives (0-20) with each.
     speculative: the speculative-decoding option of `Model.stream` ("prompt_lookup", "draft", None).
     reasoning: the generation's reasoning plan (`runtime.reasoning.plan_reasoning`: a thinking
@@ -71,7 +71,7 @@ class GenerationParams:
     sampling: SamplingParams
     max_tokens: int
     stop: list[str]
-    session: ConstrainedSession | None = None
+    constraint: Constraint | None = None
     logprobs: bool = False
     top_logprobs: int = 0
     speculative: str | None = None
@@ -81,7 +81,7 @@ class GenerationParams:
     def choices(self, n: int) -> list["GenerationParams"]:
         """The generations of a request's `n` choices: choice i is seeded `seed + i` (mod 2**64), so
         seeded choices differ from each other and repeat from request to request; they share the
-        session (each row gets its own bitmask, see `Engine.start`)."""
+        constraint (each row gets its own generation and bitmask, see `Engine.start`)."""
         if self.sampling.seed is None:
             return [self] * n
         seeds = [(self.sampling.seed + i) % 2**64 for i in range(n)]
@@ -115,13 +115,13 @@ class Engine:
         return len(self.batch)
 
     def start(self, job: Job) -> None:
-        """Add a job's generation to the batch (on the worker thread: sessions allocate their bitmask
-        there). Raises ValueError for bad parameters."""
+        """Add a job's generation to the batch (on the worker thread: generations allocate their
+        bitmask there). Raises ValueError for bad parameters."""
         p: GenerationParams = job.params
         strategy: DecodingStrategy
-        if p.session is not None:
-            # Buffers of its own: the n choices of a request share its session and run at once.
-            self._generations[job] = p.session.generation(p.sampling, p.logprobs, p.reasoning)
+        if p.constraint is not None:
+            # Buffers of its own: the n choices of a request share its constraint and run at once.
+            self._generations[job] = p.constraint.generation(p.sampling, p.logprobs, p.reasoning)
             strategy = self._generations[job].strategy
         else:
             strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs, padding_mask=self.model.padding_mask)

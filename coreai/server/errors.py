@@ -1,4 +1,5 @@
-"""OpenAI error objects: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status.
+"""OpenAI error objects: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status,
+and under the Messages API (/v1/messages) Anthropic's, `{"type": "error", "error": {"type", "message"}}`.
 
 400 malformed JSON, bad parameters, invalid or unenforceable schemas and grammars; 401 missing or
 wrong API key; 404 unknown model or route; 413 oversized body; 429 full queue (with Retry-After);
@@ -15,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coreai.errors import ClusterLost, GrammarError, SchemaError, UnsupportedSchemaFeature
+from coreai.errors import ClusterLost, GrammarError, InputError, SchemaError, UnsupportedSchemaFeature
 
 log = logging.getLogger("coreai.server")
 
@@ -40,17 +41,49 @@ class APIError(Exception):
         body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
+    def anthropic_response(self) -> JSONResponse:
+        """This error in the Messages API's shape, `{"type": "error", "error": {"type", "message"}}`,
+        with Anthropic's status for it: an overloaded server (full queue, shutting down) is 529
+        `overloaded_error`, which the `anthropic` SDK retries. The shape has no `param`: the message
+        names the field instead."""
+        kind = ANTHROPIC_TYPES.get(self.status, "api_error")
+        status = 529 if kind == "overloaded_error" else self.status
+        message = self.message
+        if self.param and not message.startswith(self.param):
+            message = f"{self.param}: {message}"
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+        return JSONResponse(body, status_code=status, headers=self.headers)
+
+    def response_for(self, path: str) -> JSONResponse:
+        """The error object of the API `path` belongs to: Anthropic's under /v1/messages, else OpenAI's."""
+        return self.anthropic_response() if path.startswith(ANTHROPIC_PATHS) else self.response()
+
+
+ANTHROPIC_PATHS = ("/v1/messages",)
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "overloaded_error",
+    503: "overloaded_error",
+}
+
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:
     """A 400 `invalid_request_error`; `code` names the kind for clients (OpenAI's codes where one fits)."""
     return APIError(400, message, param=param, code=code)
 
 
-def from_library_error(exc: GrammarError, param: str | None) -> APIError:
-    """A guided-generation error on a user-supplied schema or grammar -> 400 with reason and pointer.
-
-    `param` is the request field that held the schema (e.g. "response_format.json_schema.schema").
-    """
+def from_library_error(exc: GrammarError | InputError, param: str | None = None) -> APIError:
+    """A refused request (a schema, grammar, tool definition or other input) -> 400 with reason,
+    pointer and code. `param`: the request field at fault (e.g. "response_format.json_schema.schema");
+    None: the one the error names (`guided.request` sets it in the front end's spelling)."""
+    param = param if param is not None else exc.param
+    if isinstance(exc, InputError):
+        return bad_request(str(exc), param, exc.code or "invalid_value")
     if isinstance(exc, UnsupportedSchemaFeature):
         return bad_request(str(exc), param, "unsupported_schema_feature")
     if isinstance(exc, SchemaError):
@@ -81,6 +114,9 @@ def field_path(loc, body) -> str:
 
 # Discriminator values of the request models' unions (never field names missing from a request).
 _UNION_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "json_object", "json_schema", "str", "bool"}
+# The Messages API's block and tool tags (`coreai.server.messages_schemas`).
+_UNION_TAGS |= {"tool_use", "tool_result", "thinking", "redacted_thinking", "custom", "server"}
+_UNION_TAGS |= {"enabled", "adaptive", "disabled", "image", "document", "list[union[text,image]]"}
 
 
 def _error_path(error: dict, body) -> str:
@@ -121,28 +157,30 @@ _HTTP_CODES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
 
 
 def install(app: FastAPI) -> None:
-    """Register the handlers that turn every failure into an OpenAI error object."""
+    """Register the handlers that turn every failure into an error object of the route's API."""
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
-        return exc.response()
+        return exc.response_for(request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        return validation_error(exc).response()
+        return validation_error(exc).response_for(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         code, message = _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail)
         if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8 JSON)
             message = f"the request body is not UTF-8 JSON ({message})"
-        return APIError(exc.status_code, message, param=None, code=code, headers=exc.headers).response()
+        error = APIError(exc.status_code, message, param=None, code=code, headers=exc.headers)
+        return error.response_for(request.url.path)
 
     @app.exception_handler(ClusterLost)
     async def _lost(request: Request, exc: ClusterLost):  # a rank died mid-request: the server is going
-        return APIError(503, str(exc), "server_error", None, "cluster_lost").response()
+        return APIError(503, str(exc), "server_error", None, "cluster_lost").response_for(request.url.path)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return APIError(500, f"internal server error ({type(exc).__name__})", "server_error").response()
+        error = APIError(500, f"internal server error ({type(exc).__name__})", "server_error")
+        return error.response_for(request.url.path)

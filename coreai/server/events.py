@@ -19,10 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, cast
 
-from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job
-from guided import GuidedResult, free_outcome
+from guided import Constraint, GuidedResult, free_outcome
 from guided.outcome import Outcome as GuidedOutcome
 from guided.tools.calls import CallStream, ToolCall
 from runtime import GenerationResult
@@ -44,17 +43,20 @@ class ContentDelta:
 
 @dataclass(frozen=True)
 class CallOpened:
-    """Call `index` begins: its id (the one its `ToolCall` has) and its complete name."""
+    """Call `index` begins: its id (the one its `ToolCall` has), its complete name and its tool's
+    kind ("function", or "custom": its fragments are its raw input)."""
 
     index: int
     id: str
     name: str
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    kind: str = "function"
 
 
 @dataclass(frozen=True)
 class CallArguments:
-    """A fragment of call `index`'s arguments (JSON text); the fragments concatenate to them."""
+    """A fragment of call `index`'s arguments (JSON text; a custom call's input); the fragments
+    concatenate to them (`ToolCall.payload`)."""
 
     index: int
     text: str
@@ -71,12 +73,14 @@ class CallDone:
 
 @dataclass(frozen=True)
 class CutCall:
-    """A call opened and cut before its end (by the budget): what was decoded of it."""
+    """A call opened and cut before its end (by the budget): what was decoded of it (a custom call's
+    input so far, `kind` "custom")."""
 
     index: int
     id: str
     name: str
     arguments: str
+    kind: str = "function"
 
 
 @dataclass(frozen=True)
@@ -128,15 +132,15 @@ class ReplyEvents:
     def __init__(self, constraint: Constraint | None, reasoning: ReasoningPlan | None):
         self.constrained = constraint is not None
         self.tools = constraint is not None and constraint.tool_mode is not None
-        self.calls = (
-            CallStream(getattr(constraint.session, "tools", None)) if self.tools and constraint is not None else None
-        )
+        self.calls = CallStream(constraint.tools) if self.tools and constraint is not None else None
+        tools = constraint.tools.tools if constraint is not None and constraint.tools is not None else []
+        self.kinds = {t.name: t.kind for t in tools}  # a call's kind, by its tool's name
         self.reasoning = reasoning
         self.splitter = reasoning.splitter() if reasoning else None
         self.text: list[str] = []
         self.logprobs: list[TokenLogprob] = []  # every entry, for the outcome
         self.pending: list[TokenLogprob] = []  # the entries no event carried yet
-        self.opened: dict[int, list[str]] = {}  # call index -> [id, name, arguments so far]
+        self.opened: dict[int, list[str]] = {}  # call index -> [id, name, arguments so far, kind]
         self.open: int | None = None  # the call streaming now
         self.streamed_content = False
 
@@ -222,8 +226,9 @@ class ReplyEvents:
         kind, index, value = event
         if kind == "open":
             events = self._close_call()
-            self.open, self.opened[index] = index, [ids[index], value, ""]
-            return [*events, CallOpened(index, ids[index], value, self._take(carry))]
+            kind = self.kinds.get(value, "function")
+            self.open, self.opened[index] = index, [ids[index], value, "", kind]
+            return [*events, CallOpened(index, ids[index], value, self._take(carry), kind)]
         self.opened[index][2] += value
         return [CallArguments(index, value, self._take(carry))]
 

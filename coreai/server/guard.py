@@ -11,16 +11,22 @@ from coreai.server.errors import APIError
 
 
 def require_api_key(request: Request) -> None:
-    """Route dependency: the `Authorization: Bearer <key>` of `ServerConfig.api_key`, when one is
-    set. The scheme is case-insensitive (RFC 7235: "bearer" is "Bearer"); the key is compared
-    exactly, in constant time. Raises APIError 401 `invalid_api_key`."""
+    """Route dependency: the `Authorization: Bearer <key>` of `ServerConfig.api_key` (or the
+    Anthropic SDK's `x-api-key: <key>`), when one is set. The scheme is case-insensitive (RFC 7235:
+    "bearer" is "Bearer"); the key is compared exactly, in constant time. Raises APIError 401
+    `invalid_api_key`."""
     key = request.app.state.server.config.api_key
     if not key:
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+    if scheme.lower() != "bearer":
+        given = request.headers.get("x-api-key", "")
+    if not hmac.compare_digest(given.strip().encode(), key.encode()):
         raise APIError(
-            401, "missing or incorrect API key (send Authorization: Bearer <key>)", param=None, code="invalid_api_key"
+            401,
+            "missing or incorrect API key (send Authorization: Bearer <key> or x-api-key: <key>)",
+            param=None,
+            code="invalid_api_key",
         )
 
 
@@ -39,7 +45,7 @@ class BodyLimit:
         limit = self.limit
         too_large = APIError(413, f"the request body exceeds {limit} bytes", code="request_too_large")
         if int(headers.get("content-length", 0) or 0) > limit:
-            return await too_large.response()(scope, receive, send)
+            return await too_large.response_for(scope["path"])(scope, receive, send)
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         body = b""
@@ -49,7 +55,7 @@ class BodyLimit:
                 return  # disconnected before the body arrived
             body += message.get("body", b"")
             if len(body) > limit:
-                return await too_large.response()(scope, receive, send)
+                return await too_large.response_for(scope["path"])(scope, receive, send)
             if not message.get("more_body"):
                 break
         replayed = False

@@ -1,37 +1,43 @@
-"""From a validated request to what the worker runs: the rendered prompt ids, the sampling
-parameters (checked once, by `SamplingParams`), the token budget and the guided session. Runs on a
-thread-pool thread, so a bad request is a 400 before it queues.
+"""From a validated request to what the worker runs: `guided.request.prepare` (the constraint and the
+rendered prompt), then the sampling parameters (checked once, by `SamplingParams`) and the token
+budget. Runs on a thread-pool thread, so a bad request is a 400 before it queues.
 
-Chat generations come in as a `GenerationRequest` (`Preparer.prepare`); `chat_request` is the chat
-completions front end's mapping into it. Legacy completions have a prompt instead of messages
-(`Preparer.completion`)."""
+Chat generations come in as a `guided.request.GenerationRequest` (`Preparer.prepare`);
+`chat_request` is the chat completions front end's mapping into it. Legacy completions have a
+prompt instead of messages (`Preparer.completion`)."""
 
 from __future__ import annotations
 
 import json
 from typing import cast
 
-from jinja2 import TemplateError
-
 from coreai.server import schemas as s
 from coreai.server.config import ServerConfig
-from coreai.server.constraints import Constraint, Constraints, structured_options
+from coreai.server.constraints import structured_options
 from coreai.server.engine import GenerationParams
-from coreai.server.errors import bad_request
-from coreai.server.request import GenerationRequest, Names, Sampling
-from guided.prompt import render_prompt
+from coreai.server.errors import bad_request, from_library_error
+from guided import Constraint, GrammarCache, GrammarError
+from guided.request import Defaults, GenerationRequest, Names, Sampling, answer_constraint, prepare
+from guided.tools.custom import INPUT
 from runtime import Model, SamplingParams
-from runtime.errors import ParameterError
+from runtime.errors import InputError, ParameterError
 from runtime.sampling import check_max_tokens
-
-REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
 
 
 class Preparer:
-    """Prepares requests for one model and server configuration."""
+    """Prepares requests for one model and server configuration. `cache`: the server's compiled
+    grammars; `guided`: False when the grammar engine cannot use the model's tokenizer (then every
+    constrained request is a 400)."""
 
-    def __init__(self, model: Model, config: ServerConfig, constraints: Constraints):
-        self.model, self.config, self.constraints = model, config, constraints
+    def __init__(self, model: Model, config: ServerConfig, cache: GrammarCache, guided: bool = True):
+        self.model, self.config, self.cache, self.guided = model, config, cache, guided
+        self.defaults = Defaults(config.whitespace, config.schema_in_prompt, config.schema_hint_budget)
+
+    def _require_guided(self, param: str | None) -> None:
+        """A 400 naming `param`, the field asking for a constraint (None: none does), when guided
+        generation is not available."""
+        if not self.guided and param is not None:
+            raise bad_request("guided generation is not available for this model's tokenizer", param)
 
     def generation_params(
         self,
@@ -81,7 +87,7 @@ class Preparer:
             params,
             budget,
             stop,
-            constraint.session if constraint else None,
+            constraint,
             logprobs,
             top_logprobs,
             self.config.speculative,
@@ -89,50 +95,27 @@ class Preparer:
         )
 
     def prepare(self, req: GenerationRequest) -> tuple[GenerationParams, Constraint | None]:
-        """A chat generation and its constraint: compiles the constraint, renders the template and
-        checks the budget and sampling. Raises `APIError` (400) naming the front end's parameters."""
-        names = req.names
-        if req.reasoning_effort is not None and self.model.tokenizer.reasoning_markers is None:
-            raise bad_request(
-                f"{names.reasoning_effort}: this model does not reason (its chat template has no reasoning markers)",
-                names.reasoning_effort,
-                "unsupported_parameter",
-            )
-        constraint = self.constraints.build(req)
-        session = constraint.session if constraint is not None else None
-        if req.schema_in_prompt and (session is None or session.json_spec is None):
-            raise bad_request(
-                "schema_in_prompt needs response_format json_schema or json_object, or structured_outputs json",
-                "schema_in_prompt",
-            )
-        wanted = req.schema_in_prompt if req.schema_in_prompt is not None else self.config.schema_in_prompt
-        tools = req.tools if req.tools and req.tool_choice != "none" else None
+        """A generation and its constraint (`guided.request.prepare`: the constraint compiled, the
+        prompt rendered), then the budget and sampling checked. Raises `APIError` (400) naming the
+        front end's parameters (`req.names`)."""
+        self._require_guided(req.answer[0] if req.answer else req.names.tools if req.tools else None)
         try:
-            rendered = render_prompt(
-                self.model,
-                session,
-                req.messages,
-                tools=None if session is not None and session.tools is not None else tools,
-                chat_template_kwargs=req.chat_template_kwargs,
-                schema_in_prompt=wanted,
-                schema_hint_budget=req.schema_hint_budget or self.config.schema_hint_budget,
-                max_reasoning_tokens=REASONING_BUDGETS[req.reasoning_effort or "medium"],
-            )
-        except (TemplateError, ValueError) as exc:
-            raise bad_request(f"cannot render the chat template: {exc}", names.messages) from None
+            prepared = prepare(self.model, req, self.cache, self.defaults)
+        except (GrammarError, InputError) as exc:
+            raise from_library_error(exc) from None
         params = self.generation_params(
             req.sampling,
             req.max_tokens,
-            names,
-            rendered.ids,
+            req.names,
+            prepared.ids,
             req.stop,
-            constraint,
+            prepared.constraint,
             req.logprobs,
             req.top_logprobs,
-            rendered.reasoning,
+            prepared.reasoning,
         )
         params.provenance = req.token_provenance
-        return params, constraint
+        return params, prepared.constraint
 
     def chat(self, req: s.ChatCompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         """A chat completions request's generation and constraint (400 on bad input)."""
@@ -140,7 +123,12 @@ class Preparer:
 
     def completion(self, req: s.CompletionRequest) -> tuple[GenerationParams, Constraint | None]:
         """A legacy completion request's generation and constraint (400 on bad input)."""
-        constraint = self.constraints.structured(structured_options(req))
+        answer = structured_options(req)
+        self._require_guided(answer[0] if answer else None)
+        try:
+            constraint = answer_constraint(self.model, answer, self.cache, self.defaults)
+        except (GrammarError, InputError) as exc:
+            raise from_library_error(exc) from None
         prompt = req.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             if len(prompt) != 1:
@@ -184,10 +172,10 @@ def chat_request(req: s.ChatCompletionRequest) -> GenerationRequest:
     are not JSON text)."""
     # OpenAI's newer name wins when both are given.
     field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    choice = req.tool_choice.model_dump() if isinstance(req.tool_choice, s.NamedToolChoice) else req.tool_choice
+    choice = req.tool_choice if isinstance(req.tool_choice, (str, type(None))) else req.tool_choice.model_dump()
     return GenerationRequest(
         messages=[template_message(m, i) for i, m in enumerate(req.messages)],
-        names=Names(max_tokens=field),
+        names=Names(max_tokens=field, tool_format="tools[{}].custom.format"),
         sampling=sampling_of(req),
         max_tokens=getattr(req, field),
         stop=req.stop_list(),
@@ -224,7 +212,9 @@ def template_message(m, index: int) -> dict:
         out["name"] = m.name
     if isinstance(m, s.AssistantMessage) and m.tool_calls:
         out["tool_calls"] = [
-            template_call(
+            template_custom_call(c.id, c.custom.name, c.custom.input)
+            if isinstance(c, s.CustomToolCall)
+            else template_call(
                 c.id, c.function.name, c.function.arguments, f"messages[{index}].tool_calls[{j}].function.arguments"
             )
             for j, c in enumerate(m.tool_calls)
@@ -242,3 +232,9 @@ def template_call(call_id: str, name: str, arguments: str, param: str) -> dict:
     except ValueError:
         raise bad_request("tool call arguments must be JSON text", param) from None
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": parsed}}
+
+
+def template_custom_call(call_id: str, name: str, value: str) -> dict:
+    """A custom tool's call as the chat template expects it: a function call whose one string
+    argument is the input, the shape the tool is shown in (`guided.tools.custom`)."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": {INPUT: value}}}

@@ -9,7 +9,6 @@ from typing import AsyncIterator, cast
 
 from coreai.server import reply_schemas as o
 from coreai.server import schemas as s
-from coreai.server.constraints import Constraint
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.events import (
     CallArguments,
@@ -27,6 +26,7 @@ from coreai.server.provenance import Provenance
 from coreai.server.queue import Job
 from coreai.server.streaming import merge
 from coreai.server.tools import chunk_tool_call, message_tool_calls
+from guided import Constraint
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningPlan
 
@@ -174,6 +174,7 @@ class ChatReply(_Reply):
             yield self.chunk(index, o.ChunkDelta(role="assistant", content=""))
             provenance = self.provenance
             observe = None if provenance is None else lambda item: provenance.add(index, item)
+            kinds: dict[int, str] = {}  # a call's kind, from its opening event
             async for event in job_events(job, self.events(), observe):
                 if isinstance(event, Finish):
                     outcome = event.outcome
@@ -185,7 +186,9 @@ class ChatReply(_Reply):
                 elif isinstance(event, ContentDelta):
                     yield self.chunk(index, o.ChunkDelta(content=event.text), None, self._logprobs(event.logprobs))
                 elif isinstance(event, (CallOpened, CallArguments)):
-                    delta = o.ChunkDelta(tool_calls=[chunk_tool_call(event)])
+                    if isinstance(event, CallOpened):
+                        kinds[event.index] = event.kind
+                    delta = o.ChunkDelta(tool_calls=[chunk_tool_call(event, kinds[event.index])])
                     yield self.chunk(index, delta, None, self._logprobs(event.logprobs))
         finally:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left

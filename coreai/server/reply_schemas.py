@@ -37,12 +37,23 @@ class ResponseToolCall(BaseModel):
     function: ResponseFunctionCall
 
 
+class ResponseCustomCall(BaseModel):
+    name: str
+    input: str
+
+
+class ResponseCustomToolCall(BaseModel):
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: ResponseCustomCall
+
+
 class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     reasoning_content: str | None = None  # a thinking model's reasoning (vLLM's and DeepSeek's field)
     refusal: str | None = None  # set when a constrained output is not valid (finish_reason "error")
-    tool_calls: list[ResponseToolCall] | None = None
+    tool_calls: list[ResponseToolCall | ResponseCustomToolCall] | None = None
 
 
 class PromptTokensDetails(BaseModel):
@@ -92,11 +103,20 @@ class ChunkFunctionCall(BaseModel):
     arguments: str | None = None
 
 
+class ChunkCustomCall(BaseModel):
+    name: str | None = None
+    input: str | None = None
+
+
 class ChunkToolCall(BaseModel):
+    """A streamed call delta: a function call's `function` fragments, or a custom tool call's
+    `custom` ones (its raw input), as OpenAI's chat streams them (the other field is left out)."""
+
     index: int
     id: str | None = None
-    type: Literal["function"] | None = None
-    function: ChunkFunctionCall
+    type: Literal["function", "custom"] | None = None
+    function: ChunkFunctionCall | None = None
+    custom: ChunkCustomCall | None = None
 
 
 class ChunkDelta(BaseModel):

@@ -80,16 +80,19 @@ class ResponseStore:
 
 
 def output_messages(output: list[dict]) -> list[dict]:
-    """A response's output items as chat messages: its message text and function calls as one
-    assistant turn (reasoning items are dropped, as chat templates drop earlier turns' reasoning,
-    and so is a call cut by the budget, `status: "incomplete"`: its arguments are not JSON text)."""
+    """A response's output items as chat messages: its message text and function and custom tool
+    calls as one assistant turn (reasoning items are dropped, as chat templates drop earlier turns'
+    reasoning, and so is a call cut by the budget, `status: "incomplete"`: its arguments are not
+    JSON text, its input not what the grammar asks for)."""
     text = "".join(
         part.get("text", "") for item in output if item.get("type") == "message" for part in item.get("content", [])
     )
     calls = [
         {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
+        if item["type"] == "function_call"
+        else {"id": item["call_id"], "type": "custom", "custom": {"name": item["name"], "input": item["input"]}}
         for item in output
-        if item.get("type") == "function_call" and item.get("status") != "incomplete"
+        if item.get("type") in ("function_call", "custom_tool_call") and item.get("status") != "incomplete"
     ]
     if not text and not calls:
         return []

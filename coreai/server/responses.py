@@ -5,7 +5,8 @@ A Responses request, validated once as such, is mapped to the front-end neutral 
 to the answer's format, flat function tools, ...; its errors name the Responses fields), prepared,
 constrained and queued by the same code as `/v1/chat/completions` (`Preparer.prepare`,
 `api.submit`). The generation's `Outcome` (`coreai.server.events`) becomes output items
-(`ResponseBuilder.render`): `reasoning`, `message` with `output_text`, `function_call`s. A
+(`ResponseBuilder.render`): `reasoning`, `message` with `output_text`, `function_call`s and
+`custom_tool_call`s (a custom tool's raw input). A
 generation cut by `max_output_tokens` is `incomplete`; a constrained output that failed
 (finish_reason "error") is `failed` with `error` and no output, never `completed` with invalid
 text. `stream: true` is the Responses event stream (`coreai.server.responses_stream`), rendered from
@@ -32,6 +33,7 @@ from coreai.server.responses_request import generation_request
 from coreai.server.responses_schemas import new_id
 from coreai.server.responses_stream import events, sse_events
 from coreai.server.streaming import collect
+from guided.tools.calls import ToolCall
 from runtime import GenerationResult
 
 router = APIRouter()
@@ -116,13 +118,20 @@ class ResponseBuilder:
             status = "completed" if ended or calls else "incomplete"
             items.append(r.OutputMessage(id=ids.get("message") or new_id("msg_"), status=status, content=[part]))
         for call, call_status in [(c, "completed") for c in outcome.calls] + [(c, "incomplete") for c in outcome.cut]:
+            status = cast(ItemStatus, call_status)
+            if call.kind == "custom":  # its input: the whole one, or what was decoded of a cut call
+                value = call.input if isinstance(call, ToolCall) else call.arguments
+                item_id = ids.get(call.index) or new_id("ctc_")
+                items.append(
+                    r.OutputCustomToolCall(
+                        id=item_id, call_id=call.id, name=call.name, input=value or "", status=status
+                    )
+                )
+                continue
+            item_id = ids.get(call.index) or new_id("fc_")
             items.append(
                 r.OutputFunctionCall(
-                    id=ids.get(call.index) or new_id("fc_"),
-                    call_id=call.id,
-                    name=call.name,
-                    arguments=call.arguments,
-                    status=cast(ItemStatus, call_status),
+                    id=item_id, call_id=call.id, name=call.name, arguments=call.arguments, status=status
                 )
             )
         return items
@@ -146,7 +155,7 @@ async def create_response(req: r.ResponseCreateRequest, request: Request, server
     params, constraint = await run_in_threadpool(server.preparer.prepare, generation)
     [job] = submit(server, params, 1)
     reply = ReplyEvents(constraint, params.reasoning)
-    headers = enforcement_headers(constraint.session) if constraint else {}
+    headers = enforcement_headers(constraint) if constraint else {}
     builder = ResponseBuilder(req, server.name, server.model.tokenizer, generation.logprobs)
     keep = None
     if req.store is not False:
@@ -218,6 +227,7 @@ def input_items(req: r.ResponseCreateRequest) -> list[dict]:
         text = [{"type": "input_text", "text": req.input}]
         return [{"type": "message", "id": new_id("msg_"), "role": "user", "content": text, "status": "completed"}]
     prefixes = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_"}
+    prefixes |= {"custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
     out = []
     for item in req.input:
         data = item.model_dump(exclude_none=True)

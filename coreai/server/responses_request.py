@@ -11,15 +11,16 @@ from typing import Sequence
 from coreai.server import responses_schemas as r
 from coreai.server.constraints import structured_options
 from coreai.server.errors import APIError, bad_request
-from coreai.server.prepare import template_call
-from coreai.server.request import GenerationRequest, Names, Sampling
-from coreai.server.schemas import tool_pairing_error
+from coreai.server.pairing import tool_pairing_error
+from coreai.server.prepare import template_call, template_custom_call
+from guided.request import GenerationRequest, Names, Sampling
 
 RESPONSES_NAMES = Names(
     messages="input",
     max_tokens="max_output_tokens",
     reasoning_effort="reasoning.effort",
     tool_parameters="tools[{}].parameters",
+    tool_format="tools[{}].format",
 )
 
 
@@ -47,9 +48,9 @@ def generation_request(
         response_format = ("text.format.schema", {"schema": fmt.schema_, "strict": fmt.strict is not False})
     elif isinstance(fmt, r.TextFormatJsonObject):
         response_format = ("text.format", {"json_object": True})
-    choice: str | dict | r.FunctionChoice | None = req.tool_choice
-    if isinstance(choice, r.FunctionChoice):
-        choice = {"type": "function", "function": {"name": choice.name}}
+    choice: str | dict | r.FunctionChoice | r.CustomChoice | None = req.tool_choice
+    if isinstance(choice, (r.FunctionChoice, r.CustomChoice)):
+        choice = {"type": choice.type, choice.type: {"name": choice.name}}
     if response_format is not None and req.structured_outputs is not None:
         raise bad_request("give either text.format or structured_outputs, not both", "structured_outputs")
     generation = GenerationRequest(
@@ -58,9 +59,7 @@ def generation_request(
         sampling=Sampling(temperature=req.temperature, top_p=req.top_p, seed=req.seed),
         max_tokens=req.max_output_tokens,
         answer=response_format or structured_options(req),
-        tools=[{"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})} for t in req.tools]
-        if req.tools
-        else None,
+        tools=[tool_definition(t) for t in req.tools] if req.tools else None,
         tool_choice=choice,
         parallel_tool_calls=req.parallel_tool_calls,
         logprobs=req.top_logprobs is not None or bool(req.include),
@@ -70,41 +69,57 @@ def generation_request(
     return generation, conversation
 
 
+def tool_definition(tool: r.FunctionTool | r.CustomTool) -> dict:
+    """A Responses tool as guided takes it: a function in the chat shape, a custom tool flat."""
+    if isinstance(tool, r.CustomTool):
+        return tool.model_dump(exclude_none=True)
+    return {"type": "function", "function": tool.model_dump(exclude_none=True, exclude={"type"})}
+
+
 def input_messages(req: r.ResponseCreateRequest) -> tuple[list[dict], list[str]]:
-    """The chat messages of `input`, and the parameter of each function call in them, in order: a
-    function_call joins the assistant message before it (or starts one), a function_call_output is a
-    `tool` message, reasoning items are dropped (the templates drop earlier turns' reasoning too)."""
+    """The chat messages of `input`, and the parameter of each call in them, in order: a
+    function_call (or custom_tool_call) joins the assistant message before it (or starts one), a
+    function_call_output (custom_tool_call_output) is a `tool` message, reasoning items are dropped
+    (the templates drop earlier turns' reasoning too)."""
     messages: list[dict] = []
     call_params: list[str] = []
     items = [r.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
     for i, item in enumerate(items):
         if isinstance(item, r.MessageItem):
             messages.append({"role": item.role, "content": _text(item.content)})
-        elif isinstance(item, r.FunctionCallItem):
-            call = {
-                "id": item.call_id,
-                "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments},
-            }
+        elif isinstance(item, (r.FunctionCallItem, r.CustomToolCallItem)):
+            if isinstance(item, r.CustomToolCallItem):
+                call = {"id": item.call_id, "type": "custom", "custom": {"name": item.name, "input": item.input}}
+            else:
+                call = {
+                    "id": item.call_id,
+                    "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments},
+                }
             call_params.append(f"input[{i}].arguments")
             if messages and messages[-1]["role"] == "assistant":
                 messages[-1].setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif isinstance(item, r.FunctionCallOutputItem):
+        elif isinstance(item, (r.FunctionCallOutputItem, r.CustomToolCallOutputItem)):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)})
     return messages, call_params
 
 
 def template_message(message: dict, call_params) -> dict:
     """A chat message (dict) as the chat template expects it: `developer` as `system`, tool-call
-    arguments parsed (a 400 naming the next of `call_params` when they are not JSON text)."""
+    arguments parsed (a 400 naming the next of `call_params` when they are not JSON text), a custom
+    call's input as its one argument."""
     out = {"role": "system" if message["role"] == "developer" else message["role"], "content": message["content"]}
-    if message.get("tool_calls"):
-        out["tool_calls"] = [
-            template_call(c["id"], c["function"]["name"], c["function"]["arguments"], next(call_params))
-            for c in message["tool_calls"]
-        ]
+    calls = []
+    for c in message.get("tool_calls") or []:
+        param = next(call_params)  # one per call, in order, whichever its kind
+        if c["type"] == "custom":
+            calls.append(template_custom_call(c["id"], c["custom"]["name"], c["custom"]["input"]))
+        else:
+            calls.append(template_call(c["id"], c["function"]["name"], c["function"]["arguments"], param))
+    if calls:
+        out["tool_calls"] = calls
     if message["role"] == "tool":
         out["tool_call_id"] = message["tool_call_id"]
     return out

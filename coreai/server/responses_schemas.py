@@ -80,6 +80,24 @@ class FunctionCallOutputItem(Request):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
+class CustomToolCallItem(Request):
+    """A custom tool's call passed back: its raw `input`."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class CustomToolCallOutputItem(Request):
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[InputText]
+    id: str | None = None
+
+
 class ReasoningText(Request):
     type: Literal["reasoning_text", "summary_text"]
     text: str
@@ -98,7 +116,7 @@ class ReasoningItem(Request):
 
 
 ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}
-ITEM_TAGS["reasoning"] = "Reasoning"
+ITEM_TAGS |= {"reasoning": "Reasoning", "custom_tool_call": "Custom", "custom_tool_call_output": "CustomOutput"}
 
 
 def _item_tag(value) -> str | None:
@@ -113,11 +131,14 @@ InputItem = Annotated[
         Annotated[FunctionCallItem, Tag("FunctionCall")],
         Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")],
         Annotated[ReasoningItem, Tag("Reasoning")],
+        Annotated[CustomToolCallItem, Tag("Custom")],
+        Annotated[CustomToolCallOutputItem, Tag("CustomOutput")],
     ],
     Discriminator(
         _item_tag,
         custom_error_type="invalid_item",
-        custom_error_message="an input item's type is message, function_call, function_call_output or reasoning",
+        custom_error_message="an input item's type is message, function_call, function_call_output, "
+        "custom_tool_call, custom_tool_call_output or reasoning",
     ),
 ]
 
@@ -135,8 +156,36 @@ class FunctionTool(Request):
     strict: bool | None = None
 
 
+class TextInput(Request):
+    type: Literal["text"]
+
+
+class GrammarInput(Request):
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class CustomTool(Request):
+    """A custom tool: its input is raw text, free (`text`) or held to a Lark or regex grammar
+    (`guided.tools.custom`)."""
+
+    type: Literal["custom"]
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    format: Annotated[Union[TextInput, GrammarInput], Field(discriminator="type")] = TextInput(type="text")
+
+
+AnyTool = Annotated[Union[FunctionTool, CustomTool], Field(discriminator="type")]
+
+
 class FunctionChoice(Request):
     type: Literal["function"]
+    name: str
+
+
+class CustomChoice(Request):
+    type: Literal["custom"]
     name: str
 
 
@@ -179,8 +228,12 @@ class ResponseCreateRequest(Body):
     instructions: str | None = None
     text: TextConfig | None = None
     structured_outputs: StructuredOutputs | None = None  # vLLM's extension, as on chat completions
-    tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    tools: list[AnyTool] | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"]
+        | Annotated[Union[FunctionChoice, CustomChoice], Field(discriminator="type")]
+        | None
+    ) = None
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(None, le=2)  # OpenAI's bound; the runtime checks the rest
@@ -206,10 +259,10 @@ class ResponseCreateRequest(Body):
         data = {k: v for k, v in data.items() if v is not None}  # null is the default, as OpenAI reads it
         for i, tool in enumerate(data.get("tools") or []):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            if kind is not None and kind != "function":
+            if kind is not None and kind not in ("function", "custom"):
                 raise located_error(
                     ("tools", i, "type"),
-                    f"the built-in tool {kind!r} is not supported; this server runs function tools only",
+                    f"the built-in tool {kind!r} is not supported; this server runs function and custom tools only",
                     kind,
                 )
         return data
@@ -263,7 +316,16 @@ class OutputReasoning(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
-OutputItem = Union[OutputMessage, OutputFunctionCall, OutputReasoning]
+class OutputCustomToolCall(BaseModel):
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str
+    call_id: str
+    name: str
+    input: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+OutputItem = Union[OutputMessage, OutputFunctionCall, OutputCustomToolCall, OutputReasoning]
 
 
 class InputTokensDetails(BaseModel):

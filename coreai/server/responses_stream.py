@@ -6,7 +6,8 @@ Events, in the order and with the names of OpenAI's stream (each with a `sequenc
 a reasoning item `response.content_part.added`, `response.reasoning_text.delta`... /
 `.done`, `response.content_part.done`; for a message the same with `response.output_text.*`; for a
 function call `response.function_call_arguments.delta` (the argument fragments as they are decoded)
-/ `.done`; `response.output_item.done` (a call cut by max_output_tokens is `incomplete`). The last
+/ `.done` (a custom tool's call: `response.custom_tool_call_input.delta` / `.done`, its raw input);
+`response.output_item.done` (a call cut by max_output_tokens is `incomplete`). The last
 event is `response.completed`, `response.incomplete` (cut by max_output_tokens) or `response.failed`
 (a constrained output that failed: the text already streamed is not valid), carrying the whole
 response: `ResponseBuilder.render` of the generation's `Outcome`, as a whole reply is, with the ids
@@ -15,8 +16,6 @@ of the items streamed. A server fault mid-stream is an `error` event.
 
 from __future__ import annotations
 
-import json
-import logging
 from typing import AsyncIterator
 
 from coreai.server import responses_schemas as r
@@ -33,8 +32,7 @@ from coreai.server.events import (
 from coreai.server.queue import Job
 from coreai.server.replies import chat_logprobs
 from coreai.server.responses_schemas import new_id
-
-log = logging.getLogger("coreai.server")
+from coreai.server.streaming import named_sse
 
 FINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 
@@ -103,9 +101,15 @@ class _Renderer:
     def call_opened(self, event: CallOpened):
         if self.current is not None:
             yield from self.close_text("completed")
-        item = r.OutputFunctionCall(
-            id=new_id("fc_"), call_id=event.id, name=event.name, arguments="", status="in_progress"
-        )
+        item: r.OutputFunctionCall | r.OutputCustomToolCall
+        if event.kind == "custom":
+            item = r.OutputCustomToolCall(
+                id=new_id("ctc_"), call_id=event.id, name=event.name, input="", status="in_progress"
+            )
+        else:
+            item = r.OutputFunctionCall(
+                id=new_id("fc_"), call_id=event.id, name=event.name, arguments="", status="in_progress"
+            )
         self.ids[event.index] = item.id
         self.calls[event.index] = [item, len(self.output)]
         self.output.append(item)
@@ -113,18 +117,22 @@ class _Renderer:
 
     def call_arguments(self, event: CallArguments):
         item, index = self.calls[event.index]
+        where = {"item_id": item.id, "output_index": index}
+        if isinstance(item, r.OutputCustomToolCall):
+            item.input += event.text
+            yield {"type": "response.custom_tool_call_input.delta", **where, "delta": event.text}
+            return
         item.arguments += event.text
-        yield {
-            "type": "response.function_call_arguments.delta",
-            "item_id": item.id,
-            "output_index": index,
-            "delta": event.text,
-        }
+        yield {"type": "response.function_call_arguments.delta", **where, "delta": event.text}
 
     def call_done(self, event: CallDone):
         item, index = self.calls[event.index]
         where = {"item_id": item.id, "output_index": index}
-        yield {"type": "response.function_call_arguments.done", **where, "name": item.name, "arguments": item.arguments}
+        if isinstance(item, r.OutputCustomToolCall):
+            yield {"type": "response.custom_tool_call_input.done", **where, "input": item.input}
+        else:
+            done = {"name": item.name, "arguments": item.arguments}
+            yield {"type": "response.function_call_arguments.done", **where, **done}
         item.status = "completed" if event.complete else "incomplete"
         yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
 
@@ -172,23 +180,11 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
         job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
 
-async def sse_events(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
-    """Server-sent events `event: <type>` / `data: <json>`, numbered by `sequence_number`. The status
-    (200) went out with the first event, so a failure afterwards (a bug) is an `error` event, as
-    OpenAI sends it."""
-    sequence = 0
-    try:
-        async for event in stream:
-            event["sequence_number"] = sequence
-            sequence += 1
-            yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
-    except Exception as exc:  # noqa: BLE001 - logged with its traceback, reported without it
-        log.exception("internal error while streaming a response")
-        error = {
-            "type": "error",
-            "code": "server_error",
-            "message": f"internal server error ({type(exc).__name__})",
-            "param": None,
-            "sequence_number": sequence,
-        }
-        yield f"event: error\ndata: {json.dumps(error)}\n\n"
+def sse_events(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """The Responses stream as server-sent events, numbered by `sequence_number`; a server fault
+    after the first event is an `error` event, as OpenAI sends it."""
+    return named_sse(
+        stream,
+        lambda message: {"type": "error", "code": "server_error", "message": message, "param": None},
+        numbered=True,
+    )

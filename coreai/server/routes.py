@@ -5,6 +5,8 @@ the Responses routes are in `coreai.server.api`."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -35,16 +37,30 @@ async def health(server: Server):
 
 
 @v1.get("/models", response_model=o.ModelList)
-async def models(server: Server):
+async def models(request: Request, server: Server):
+    """The served model: in Anthropic's shape when the request carries `anthropic-version` (the
+    `anthropic` SDK's `models.list`), else OpenAI's."""
+    if "anthropic-version" in request.headers:
+        card = anthropic_card(server)
+        return JSONResponse({"data": [card], "has_more": False, "first_id": card["id"], "last_id": card["id"]})
     return o.ModelList(data=[server.card])
 
 
 # `:path`: a served name may hold slashes ("org/model"), which a client may send unescaped.
 @v1.get("/models/{model:path}", response_model=o.ModelCard)
-async def retrieve_model(model: str, server: Server):
-    """The served model's card (the official client's `models.retrieve`); any other name is a 404."""
+async def retrieve_model(model: str, request: Request, server: Server):
+    """The served model's card (the official clients' `models.retrieve`, Anthropic's shape with
+    `anthropic-version`); any other name is a 404."""
     check_model(server, model)
+    if "anthropic-version" in request.headers:
+        return JSONResponse(anthropic_card(server))
     return server.card
+
+
+def anthropic_card(server: ServerState) -> dict:
+    """The served model as Anthropic's `ModelInfo`."""
+    created = datetime.fromtimestamp(server.card.created, timezone.utc).isoformat().replace("+00:00", "Z")
+    return {"type": "model", "id": server.name, "display_name": server.name, "created_at": created}
 
 
 async def respond(server: ServerState, req, request: Request, response: Response, prepare, reply_class):
@@ -52,7 +68,7 @@ async def respond(server: ServerState, req, request: Request, response: Response
     params, constraint = await run_in_threadpool(prepare, req)
     jobs = submit(server, params, req.n)
     reply = reply_class(req, constraint, server.model, server.name, params.reasoning)
-    headers = enforcement_headers(constraint.session) if constraint else {}
+    headers = enforcement_headers(constraint) if constraint else {}
     if req.stream:
         return StreamingResponse(sse(reply.stream(jobs)), media_type="text/event-stream", headers=headers)
     response.headers.update(headers)

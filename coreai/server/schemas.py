@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Strict, Tag, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from coreai.server.pairing import tool_pairing_error
 from guided.tools.constraint import TOOL_NAME
 from runtime.errors import InputError
 
@@ -97,6 +98,29 @@ class ToolCall(Request):
     function: FunctionCall
 
 
+class CustomCall(Request):
+    name: str
+    input: str  # the raw input, as the custom tool took it
+
+
+class CustomToolCall(Request):
+    id: str
+    type: Literal["custom"]
+    custom: CustomCall
+
+
+def _call_tag(value) -> str:
+    # A call without a type is a function call, as OpenAI reads it. Capitalised tags: the 400's field
+    # path skips them (`errors.field_path` keeps lower-case keys).
+    kind = value.get("type", "function") if isinstance(value, dict) else getattr(value, "type", "function")
+    return "Custom" if kind == "custom" else "Function"
+
+
+AnyToolCall = Annotated[
+    Union[Annotated[ToolCall, Tag("Function")], Annotated[CustomToolCall, Tag("Custom")]], Discriminator(_call_tag)
+]
+
+
 class SystemMessage(Request):
     role: Literal["system", "developer"]
     content: Content
@@ -112,7 +136,7 @@ class UserMessage(Request):
 class AssistantMessage(Request):
     role: Literal["assistant"]
     content: Content | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[AnyToolCall] | None = None
     refusal: None = None
     name: str | None = None
 
@@ -141,6 +165,34 @@ class Tool(Request):
     function: FunctionDefinition
 
 
+class GrammarDefinition(Request):
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class TextInput(Request):
+    type: Literal["text"]
+
+
+class GrammarInput(Request):
+    type: Literal["grammar"]
+    grammar: GrammarDefinition
+
+
+class CustomDefinition(Request):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    format: Annotated[Union[TextInput, GrammarInput], Field(discriminator="type")] = TextInput(type="text")
+
+
+class CustomTool(Request):
+    """A custom tool: its input is raw text, free or held to a Lark or regex grammar
+    (`guided.tools.custom`)."""
+
+    type: Literal["custom"]
+    custom: CustomDefinition
+
+
 class NamedFunction(Request):
     name: str
 
@@ -148,6 +200,11 @@ class NamedFunction(Request):
 class NamedToolChoice(Request):
     type: Literal["function"]
     function: NamedFunction
+
+
+class NamedCustomChoice(Request):
+    type: Literal["custom"]
+    custom: NamedFunction
 
 
 class TextFormat(Request):
@@ -268,8 +325,12 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tools: list[Annotated[Union[Tool, CustomTool], Field(discriminator="type")]] | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"]
+        | Annotated[Union[NamedToolChoice, NamedCustomChoice], Field(discriminator="type")]
+        | None
+    ) = None
     parallel_tool_calls: bool = True
     # Thinking models: the reasoning budget (low 256, medium 1024, high 4096 tokens) and template
     # variables such as {"enable_thinking": false}, as vLLM accepts them.
@@ -284,9 +345,19 @@ class ChatCompletionRequest(SamplingFields):
     # server's --whitespace), and per-chunk token origins and generation stats (`coreai.server.provenance`).
     whitespace: Literal["pretty", "compact", "any"] | None = None
     token_provenance: bool = False
+    # OpenAI's bookkeeping fields, which SDKs and frameworks send: tags and a processing tier mean
+    # nothing to a local server; `store: true` (keep the completion for GET /v1/chat/completions)
+    # is refused, since nothing here stores chat completions (the Responses API stores responses).
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    store: bool | None = None
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.store:
+            raise field_error(
+                "store", "stored chat completions are not supported here (use /v1/responses, which stores)", True
+            )
         if self.token_provenance and not self.stream:
             raise field_error("token_provenance", "token_provenance is only allowed with stream: true", True)
         if self.top_logprobs and not self.logprobs:
@@ -311,49 +382,10 @@ class ChatCompletionRequest(SamplingFields):
     def output_constrained(self) -> bool:
         # With tool_choice "auto" the model may answer in text, where a stop string is an ordinary stop.
         forced_call = bool(self.tools) and (
-            self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+            self.tool_choice == "required" or isinstance(self.tool_choice, (NamedToolChoice, NamedCustomChoice))
         )
         json_output = self.response_format is not None and self.response_format.type != "text"
         return super().output_constrained() or forced_call or json_output
-
-
-def tool_pairing_error(turns: list[tuple[str, list[str], str | None]]) -> tuple[int, str, str] | None:
-    """The tool-call pairing OpenAI checks (its messages, with the spelling fixed), both ways: a tool
-    message answers a call of the assistant message before it (other tool messages between them),
-    else the template would render a result the model never asked for; and every call of an
-    assistant message is answered by a tool message before the next other message (or the end),
-    else the model would be asked to go on from a call that never returned. turns: each message's
-    (role, its call ids, the call id it answers); returns (the index of the first message at fault,
-    its field at fault, the message) or None."""
-    calls: set[str] | None = None  # the ids of the last assistant message's calls, while tool messages follow
-    pending: list[str] = []  # those not answered yet
-    owner = 0  # the index of that assistant message
-    for i, (role, ids, answers) in enumerate(turns):
-        if role == "tool":
-            if calls is None:
-                return (
-                    i,
-                    "role",
-                    "messages with role 'tool' must be a response to a preceding message with 'tool_calls'",
-                )
-            if answers not in calls:
-                return i, "tool_call_id", f"'tool_call_id' of {answers!r} not found in 'tool_calls' of previous message"
-            pending = [c for c in pending if c != answers]
-            continue
-        if pending:
-            break
-        calls = set(ids) if role == "assistant" and ids else None
-        pending, owner = list(ids) if calls else [], i
-    if pending:
-        return (
-            owner,
-            "tool_calls",
-            (
-                "an assistant message with 'tool_calls' must be followed by tool messages responding to each "
-                f"'tool_call_id'; not answered: {', '.join(pending)}"
-            ),
-        )
-    return None
 
 
 class CompletionRequest(SamplingFields):

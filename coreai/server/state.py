@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from coreai.server import reply_schemas as o
 from coreai.server.config import ServerConfig
-from coreai.server.constraints import Constraints
 from coreai.server.engine import Engine
 from coreai.server.prepare import Preparer
 from coreai.server.queue import Worker
@@ -98,7 +97,7 @@ class ServerState:
             name=name,
             card=o.ModelCard(id=name, created=int(time.time())),
             worker=Worker(config.max_queue, config.max_batch, engine, heartbeat),
-            preparer=Preparer(model, config, Constraints(model, info, cache, config.whitespace)),
+            preparer=Preparer(model, config, cache, guided=info is not None),
             grammar_cache=cache,
             warmup=warmup,
         )

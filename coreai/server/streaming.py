@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import AsyncIterator, cast
+from typing import AsyncIterator, Callable, cast
 
 from fastapi import Request
 
@@ -101,3 +101,25 @@ async def sse(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
         }
         yield f"data: {json.dumps({'error': error})}\n\n"
     yield "data: [DONE]\n\n"
+
+
+async def named_sse(
+    stream: AsyncIterator[dict], fault: Callable[[str], dict], numbered: bool = False
+) -> AsyncIterator[str]:
+    """Server-sent events `event: <type>` / `data: <json>` of `stream`'s events (the Responses and
+    Messages streams), numbered by `sequence_number` from 0 when `numbered` (Responses). The status
+    (200) went out with the first event, so a failure afterwards (a bug) is logged with its
+    traceback and sent as the event `fault(message)` (its API's error event), without it."""
+    sequence = 0
+    try:
+        async for event in stream:
+            if numbered:
+                event["sequence_number"] = sequence
+                sequence += 1
+            yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+    except Exception as exc:  # noqa: BLE001 - logged with its traceback, reported without it
+        log.exception("internal error while streaming")
+        error = fault(f"internal server error ({type(exc).__name__})")
+        if numbered:
+            error["sequence_number"] = sequence
+        yield f"event: error\ndata: {json.dumps(error)}\n\n"

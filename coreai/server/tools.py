@@ -10,17 +10,26 @@ from coreai.server.events import CallArguments, CallOpened
 from guided.tools.calls import ToolCall
 
 
-def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall] | None:
-    """A message's `tool_calls` (None when there are none, as OpenAI sends)."""
+def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall | o.ResponseCustomToolCall] | None:
+    """A message's `tool_calls` (None when there are none, as OpenAI sends): a custom tool's call
+    as `{"id", "type": "custom", "custom": {"name", "input"}}`."""
     return [
-        o.ResponseToolCall(id=c.id, function=o.ResponseFunctionCall(name=c.name, arguments=c.arguments)) for c in calls
+        o.ResponseCustomToolCall(id=c.id, custom=o.ResponseCustomCall(name=c.name, input=c.payload))
+        if c.kind == "custom"
+        else o.ResponseToolCall(id=c.id, function=o.ResponseFunctionCall(name=c.name, arguments=c.arguments))
+        for c in calls
     ] or None
 
 
-def chunk_tool_call(event: CallOpened | CallArguments) -> o.ChunkToolCall:
+def chunk_tool_call(event: CallOpened | CallArguments, kind: str) -> o.ChunkToolCall:
     """The streamed delta of a call event: a call's first delta (index, id, type, name, arguments
-    "") when it opens, then its argument fragments."""
+    or input "") when it opens, then its fragments. kind: the call's ("function" or "custom")."""
     if isinstance(event, CallOpened):
+        if kind == "custom":
+            custom = o.ChunkCustomCall(name=event.name, input="")
+            return o.ChunkToolCall(index=event.index, id=event.id, type="custom", custom=custom)
         function = o.ChunkFunctionCall(name=event.name, arguments="")
         return o.ChunkToolCall(index=event.index, id=event.id, type="function", function=function)
+    if kind == "custom":
+        return o.ChunkToolCall(index=event.index, custom=o.ChunkCustomCall(input=event.text))
     return o.ChunkToolCall(index=event.index, function=o.ChunkFunctionCall(arguments=event.text))

@@ -26,7 +26,9 @@ def answer_spec(schema, json_object: bool, others: tuple, **options) -> GrammarS
     options), None for a free-text answer. others: the session's regex, choices and grammar, which
     cannot be an answer's format beside tools (ValueError); SchemaError for a bad schema."""
     if any(x is not None for x in others):
-        raise InputError("beside tools, the answer's format is a schema or json_object, not regex / choices / grammar")
+        raise InputError(
+            "beside tools, the answer's format is a schema or json_object, not regex / choices / grammar", "answer"
+        )
     if schema is None and not json_object:
         return None
     return make_spec(schema=schema, json_object=json_object, **options)

@@ -23,6 +23,7 @@ from typing import Callable
 
 from guided.matcher import GrammarMatcher
 from guided.tools.constraint import ANSWER_JSON, ToolConstraint
+from guided.tools.custom import CUSTOM, INPUT, input_so_far
 from guided.tools.formats import CALL_HEAD, CALL_ID, FORMATS, read_capture
 from guided.tools.syntax import APPEND
 
@@ -34,13 +35,22 @@ _MISTRAL_HEAD = re.compile(r"\s*([\w.-]+)(?:\[ARGS\])?(?=\{)")  # [ARGS] is not 
 class ToolCall:
     """One call: `arguments` is its JSON text exactly as generated (converted to JSON for the
     pythonic and qwen3_coder formats, `guided.tools.formats`), `args` the parsed dict; index: its
-    place among the reply's calls (OpenAI's streamed `tool_calls[].index`)."""
+    place among the reply's calls (OpenAI's streamed `tool_calls[].index`). kind: "function", or
+    "custom" for a custom tool's call, whose `input` is its raw text input (unescaped; `arguments`
+    and `args` then carry it as `{"input": input}`, the shape the chat template is shown)."""
 
     id: str
     name: str
     arguments: str
     args: dict = field(default_factory=dict)
     index: int = 0
+    kind: str = "function"
+    input: str | None = None
+
+    @property
+    def payload(self) -> str:
+        """What the call's streamed fragments join to: its input (custom) or its arguments."""
+        return self.input if self.input is not None else self.arguments
 
 
 def new_call_id() -> str:
@@ -69,7 +79,9 @@ def calls_from_captures(
         elif name == ANSWER_JSON:  # a response format's answer: its JSON text is the content
             response = text
         elif (call := read_capture(name, text, tools.fmt, by_name)) is not None:
-            calls.append(ToolCall(call_id(len(calls)), call[0], call[1], call[2], len(calls)))
+            kind = by_name[call[0]].kind
+            given = call[2].get(INPUT) if kind == CUSTOM else None
+            calls.append(ToolCall(call_id(len(calls)), call[0], call[1], call[2], len(calls), kind, given))
     return calls, response
 
 
@@ -229,9 +241,10 @@ _DECODER = json.JSONDecoder()
 class CallStream:
     """OpenAI-style streamed call events from labelled text (`Delta.parts`): `feed(parts)` returns
     ("open", index, name) once a call's name is complete, then ("args", index, fragment) as its
-    arguments arrive. The envelope's closing brace and trailing separators are held back (they may
-    yet be arguments text); `finish(calls)` sends what the final calls add, so the fragments of a
-    call always concatenate to its `arguments`. tools: the constraint, for formats whose arguments
+    arguments arrive (a custom tool's call: its input, decoded, `guided.tools.custom.input_so_far`).
+    The envelope's closing brace and trailing separators are held back (they may yet be arguments
+    text); `finish(calls)` sends what the final calls add, so the fragments of a call always
+    concatenate to its `arguments` (its `input`: `ToolCall.payload`). tools: the constraint, for formats whose arguments
     are not JSON as generated (pythonic, qwen3_coder: a call's arguments are sent whole when its
     text is complete); None reads JSON envelopes only."""
 
@@ -261,7 +274,11 @@ class CallStream:
         if head is None and self.tools is not None and self.tools.fmt == "mistral_names":
             head = _MISTRAL_HEAD.match(text)
         if head is not None:
-            args = _arguments_so_far(text, head.end())
+            tool = self.by_name.get(json.loads(f'"{head.group(1)}"'))
+            if tool is not None and tool.format is not None:  # a custom tool's
+                args = input_so_far(text[head.end() :], tool.format)
+            else:
+                args = _arguments_so_far(text, head.end())
         elif self.format is not None and self.format.read is not None:
             call = self.format.read(text, self.by_name)
             if call is None:
@@ -287,7 +304,7 @@ class CallStream:
                 self.sent[call.index] = ""
             elif call.index not in self.sent:
                 continue  # sent whole when its text was complete
-            rest = call.arguments[len(self.sent[call.index]) :]
+            rest = call.payload[len(self.sent[call.index]) :]
             if rest:
                 events.append(("args", call.index, rest))
         return events

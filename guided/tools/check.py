@@ -25,11 +25,12 @@ from typing import Mapping
 from guided.cache import GrammarCache
 from guided.checker import CheckPlan, ValueChecker, Violation
 from guided.enforcement import ROLLBACK, enforcement
-from guided.errors import SchemaError, UnsupportedSchemaFeature
+from guided.errors import GrammarError, SchemaError, UnsupportedSchemaFeature
 from guided.spec import make_spec
 from guided.tokenizer_info import TokenizerInfo
 from guided.tools.calls import CallTracker, call_head
 from guided.tools.constraint import ToolConstraint
+from guided.tools.custom import CUSTOM, alone
 from guided.tools.formats import FORMATS
 
 _NOTHING = CheckPlan({})  # a tool whose grammar enforces every keyword: its checker only finds the call's end
@@ -139,12 +140,23 @@ def call_plans(tools: ToolConstraint, tokenizer: TokenizerInfo, cache: GrammarCa
     "none", whose calls are not constrained. Every tool's parameters are compiled alone (cached; under
     "none" too), the one check of tool definitions against the engine, so a keyword neither the
     grammar nor validate-and-rollback enforces raises UnsupportedSchemaFeature naming the keyword, its
-    pointer and the tool (`.tool`, `.tool_index`), as any other SchemaError about them does;
+    pointer and the tool (`.tool`, `.tool_index`), as any other SchemaError about them does; a
+    custom tool's grammar is compiled alone too, a GrammarError about it naming the tool
+    (`.tool_field` "format": a Lark or regex error, with llguidance's line and column, or a Lark
+    grammar that can never end);
     so does a keyword left to validate-and-rollback in a format whose calls are not JSON envelopes
     (pythonic, qwen3_coder, mistral_names: `ToolFormat.json_calls`), which this checker cannot follow."""
     fmt = FORMATS.get(tools.fmt)
     plans = {}
     for index, tool in enumerate(tools.tools):
+        if tool.kind == CUSTOM:  # its grammar compiled alone: the engine's own message, line and column
+            assert tool.format is not None  # a custom tool has its format
+            if (options := alone(tool.format)) is not None:
+                try:
+                    cache.get(make_spec(**options), tokenizer)
+                except GrammarError as exc:
+                    raise exc.about_tool(tool.name, index, "format") from None
+            continue
         try:
             compiled = cache.get(make_spec(schema=tool.parameters, strict=False), tokenizer)
         except SchemaError as exc:

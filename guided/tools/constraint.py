@@ -5,7 +5,8 @@ A tool is given in OpenAI's chat shape `{"type": "function", "function": {"name"
 "parameters", "strict"}}`, the flat Responses shape `{"type": "function", "name", "parameters", ...}`,
 as a pydantic model class (its JSON Schema; the name is the class name) or as a plain Python
 function with type hints (pydantic's `TypeAdapter` of the signature; the description is the
-docstring). `Tool.template` is the OpenAI chat shape chat templates render.
+docstring); or as a custom tool, `{"type": "custom", ...}`, whose input is raw text
+(`guided.tools.custom`). `Tool.template` is the OpenAI chat shape chat templates render.
 
 The formats (hermes, llama3, mistral, mistral_names, phi4, pythonic, qwen3_coder, generic) are
 detected from the chat template or chosen with `tool_format=`; docs/reference/tools.md has the table. The
@@ -29,6 +30,7 @@ from typing import Any
 
 from guided.errors import SchemaError
 from guided.spec import check_metaschema, close_objects, engine_schema
+from guided.tools.custom import CUSTOM, input_format, input_lark, input_schema
 from guided.tools.formats import (
     APPEND,
     CALL_JSON_STYLE,
@@ -39,6 +41,7 @@ from guided.tools.formats import (
     detect_format,
     json_text_forms,
 )
+from guided.tools.syntax import text_not_starting_with
 from runtime.errors import InputError
 
 # Lenient: keywords the engine cannot express are left out of the call JSON's grammar, for
@@ -52,15 +55,19 @@ TOOL_NAME = r"[a-zA-Z0-9_-]{1,64}"  # OpenAI's function names (the server's requ
 
 @dataclass(frozen=True)
 class Tool:
-    """One function a call may use. parameters: its JSON Schema as enforced (an object schema,
+    """One tool a call may use. parameters: its JSON Schema as enforced (an object schema,
     closed unless `strict` is False); shown: the parameters as the caller gave them, which the
-    prompt shows (None: none given); template: the OpenAI chat shape given to the chat template."""
+    prompt shows (None: none given); template: the OpenAI chat shape given to the chat template.
+    kind: "function", or "custom" for a tool whose input is raw text (`guided.tools.custom`), in
+    `format` ({"type": "text"} or {"type": "grammar", "syntax", "definition"}; None for a function)."""
 
     name: str
     parameters: dict
     description: str | None = None
     strict: bool | None = None
     shown: dict | None = None
+    kind: str = "function"
+    format: dict | None = None
 
     @property
     def template(self) -> dict:
@@ -91,7 +98,9 @@ def parameters_schema(schema, strict: bool | None = None) -> dict:
 def checked_name(name) -> str:
     """`name` if it is an OpenAI function name (`TOOL_NAME`), else ValueError naming it."""
     if not isinstance(name, str) or not re.fullmatch(TOOL_NAME, name):
-        raise InputError(f"a tool's name must be 1-64 letters, digits, '_' or '-' (OpenAI's rule), got {name!r}")
+        raise InputError(
+            f"a tool's name must be 1-64 letters, digits, '_' or '-' (OpenAI's rule), got {name!r}", "tools"
+        )
     return name
 
 
@@ -109,11 +118,21 @@ def make_tool(tool) -> Tool:
 
         schema = TypeAdapter(tool).json_schema()
         return Tool(checked_name(tool.__name__), parameters_schema(schema), inspect.getdoc(tool), shown=schema)
+    if isinstance(tool, dict) and tool.get("type") == CUSTOM:
+        spec = tool.get("custom", tool)  # the chat shape nests it; the Responses shape is flat
+        fmt = input_format(tool)
+        schema = input_schema(fmt)
+        name, description = checked_name(spec.get("name")), spec.get("description")
+        return Tool(name, schema, description, shown=schema, kind=CUSTOM, format=fmt)
     if not isinstance(tool, dict) or tool.get("type", "function") != "function":
-        raise InputError(f"a tool is a function definition (dict), a pydantic model class or a function, got {tool!r}")
+        raise InputError(
+            "a tool is a function or custom tool definition (dict), a pydantic model class or a function, "
+            f"got {tool!r}",
+            "tools",
+        )
     function = tool.get("function", tool)  # the chat shape nests it; the Responses shape is flat
     if not function.get("name"):
-        raise InputError("a tool function needs a name")
+        raise InputError("a tool function needs a name", "tools")
     name = checked_name(function["name"])
     strict, shown = function.get("strict"), function.get("parameters")
     return Tool(name, parameters_schema(shown, strict), function.get("description"), strict, shown)
@@ -122,8 +141,30 @@ def make_tool(tool) -> Tool:
 def _given_name(tool) -> str:
     """The name a tool definition gives itself (for errors about it, before it is checked)."""
     if isinstance(tool, dict):
-        return str(tool.get("function", tool).get("name"))
+        spec = tool.get("function") or tool.get("custom") or tool
+        return str(spec.get("name"))
     return getattr(tool, "__name__", repr(tool))
+
+
+def call_json_rules(tools: list[Tool], key: str) -> str:
+    """The Lark rules of `call_json`, one call's JSON envelope `{"name": N, key: A}`, captured. With
+    function tools only, one `%json` of `call_schema`; with custom tools, one alternative per tool
+    whose head is a literal (llguidance picks one lexeme class at a shared first byte, so a `%json`
+    beside literal alternatives could never start): a function's A a `%json` of its parameters, a
+    custom tool's `{"input": S}` (`guided.tools.custom.input_lark`), captured as `CUSTOM`."""
+    if all(t.kind != CUSTOM for t in tools):
+        body = json.dumps(call_schema(tools, key), ensure_ascii=False)
+        return f'call_json[capture="{APPEND}call_json"]: %json {body}\n'
+    rules = ["call_json: " + " | ".join(f"cj{i}" for i in range(len(tools))) + "\n"]
+    for i, t in enumerate(tools):
+        head = json.dumps(f'{{"name": {json.dumps(t.name)}, "{key}": ')
+        if t.kind == CUSTOM:
+            assert t.format is not None  # a custom tool has its format
+            rules.append(f'cj{i}[capture="{APPEND}{CUSTOM}"]: {head} "{{\\"input\\": " {input_lark(t.format)} "}}}}"\n')
+        else:
+            body = json.dumps({**engine_schema(t.parameters, strict=False), "x-guidance": LENIENT_CALL_JSON})
+            rules.append(f'cj{i}[capture="{APPEND}call_json"]: {head} %json {body} "}}"\n')
+    return "".join(rules)
 
 
 def call_schema(tools: list[Tool], key: str = "arguments") -> dict:
@@ -151,29 +192,6 @@ def token_ref(text: str, hf_tokenizer, ll_tokenizer) -> str:
     return json.dumps(text)
 
 
-def _regex_escape(text: str) -> str:
-    return "".join(c if c.isalnum() or c in " _" else "\\n" if c == "\n" else "\\" + c for c in text)
-
-
-def text_not_starting_with(prefixes: list[str]) -> str:
-    """A regex (llguidance syntax) of every text, also "", that starts with none of `prefixes`: for
-    each proper prefix p of a prefix (a trie node), p then the end or a character that does not
-    continue any prefix. The alternatives are disjoint (the longest node that is a prefix of the
-    text is unique)."""
-    nodes: dict[str, set[str]] = {}
-    for prefix in prefixes:
-        for i in range(len(prefix)):
-            nodes.setdefault(prefix[:i], set()).add(prefix[i])
-    complete = set(prefixes)
-    alternatives = []
-    for node, following in nodes.items():
-        if node in complete:
-            continue
-        banned = "".join(_regex_escape(c) for c in sorted(following))
-        alternatives.append(f"{_regex_escape(node)}([^{banned}](.|\\n)*)?")
-    return "(" + "|".join(alternatives) + ")"
-
-
 def tool_grammar(
     fmt: str, tools: list[Tool], *, mode: str, parallel: bool, refs: dict[str, str], answer: dict | None = None
 ) -> tuple[str, list[tuple[str, int]]]:
@@ -197,8 +215,7 @@ def tool_grammar(
     # `</tool_call>`; without TAIL the newline could only start another call). It overlaps NL, the
     # separator before the next call: llguidance's lexer keeps both, the parser takes the one that goes on.
     head = "%llguidance {}\nNL: /\\n\\n?/\nTAIL: /[ \\t]{0,4}\\n\\n?|[ \\t]{1,4}/\n"
-    body = json.dumps(call_schema(tools, args_key(fmt)), ensure_ascii=False)
-    capture = f'call_json[capture="{APPEND}call_json"]: %json {body}\n'
+    capture = call_json_rules(tools, args_key(fmt))
     f = FORMATS[fmt]
     answer_json = None if answer is None else f"answer_json: %json {json.dumps(answer, ensure_ascii=False)}\n"
     if answer_json and mode == "none":
@@ -226,7 +243,7 @@ def tool_grammar(
         return head + f"start: TEXT?\nTEXT: /(.|\\n)+/{banned}\n", []
     for marker in f.special:
         if not refs[marker].startswith("<["):
-            raise InputError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'")
+            raise InputError(f"{marker} is not a special token of this tokenizer: use tool_format='generic'", "tools")
     rules = f.rules(pieces)
     if mode == "required":
         # Calls only, in the format's markup or in the JSON forms small models write out of habit
@@ -326,12 +343,14 @@ def tool_constraint(
 ) -> ToolConstraint:
     """The `ToolConstraint` of `ConstrainedSession(tools=..., tool_choice=..., ...)`. tool_choice:
     "auto" (None), "required", "none" or {"type": "function", "function": {"name": ...}} (also the
-    flat {"type": "function", "name": ...}). tool_format: None to detect it from the chat template.
+    flat {"type": "function", "name": ...}; for a custom tool {"type": "custom", "custom": {"name":
+    ...}} or {"type": "custom", "name": ...}). Custom tools need a format whose calls are JSON
+    envelopes (`guided.tools.custom`; ValueError otherwise). tool_format: None to detect it from the chat template.
     answer: the engine's JSON Schema of a response format for the text answer (see `tool_grammar`).
     Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
     tokenizer cannot express) or SchemaError (bad parameters; `.tool`, `.tool_index`, `.pointer`)."""
     if not tools:
-        raise InputError("tools must be a non-empty list")
+        raise InputError("tools must be a non-empty list", "tools")
     parsed = []
     for i, tool in enumerate(tools):
         try:
@@ -340,21 +359,31 @@ def tool_constraint(
             raise exc.about_tool(_given_name(tool), i) from None
     names = [t.name for t in parsed]
     if len(set(names)) != len(names):
-        raise InputError("tool function names must be unique")
+        raise InputError("tool function names must be unique", "tools")
     template = getattr(hf_tokenizer, "chat_template", None) or ""
     fmt = tool_format or detect_format(template)
+    f = FORMATS.get(fmt)
+    custom = [t.name for t in parsed if t.kind == CUSTOM]
+    if custom and f is not None and not f.json_calls:
+        raise InputError(
+            f"custom tool {custom[0]!r}: the {fmt} call format has no JSON envelope to carry a custom input "
+            "(custom tools run in the hermes, llama3, mistral, phi4 and generic formats: use tool_format='generic')",
+            "tools",
+        )
     choice = tool_choice or "auto"
     allowed, mode = parsed, choice
     if isinstance(choice, dict):
-        name = (choice.get("function") or choice).get("name")
-        if name not in names:
-            raise InputError(f"tool_choice names the function {name!r}, which is not in tools")
+        kind = choice.get("type", "function")
+        name = (choice.get(kind) or choice).get("name")
+        if name not in names or next(t.kind for t in parsed if t.name == name) != kind:
+            raise InputError(f"tool_choice names the {kind} tool {name!r}, which is not in tools", "tool_choice")
         allowed, mode, parallel = [t for t in parsed if t.name == name], "required", False
     elif choice in names and choice not in MODES:  # a bare function name: the named choice
         allowed, mode, parallel = [t for t in parsed if t.name == choice], "required", False
     elif choice not in MODES:
-        raise InputError(f"tool_choice must be one of {', '.join(MODES)} or a named function, got {choice!r}")
-    f = FORMATS.get(fmt)
+        raise InputError(
+            f"tool_choice must be one of {', '.join(MODES)} or a named function, got {choice!r}", "tool_choice"
+        )
     # llama3's <|python_tag|> only where the template uses it (Llama 3.1 does, 3.2 does not).
     texts = [m for m in (f.markers if f else ()) if m != PYTHON_TAG or m in template]
     refs = {m: token_ref(m, hf_tokenizer, ll_tokenizer) for m in texts}

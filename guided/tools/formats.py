@@ -13,6 +13,8 @@ calls in a row as two captures) says how to read it:
 - "call": the format's own text of one call (pythonic `fn(a=1)`, also inside LFM2's markers;
   Qwen3-Coder `<function=f>...`; GLM-4.5 `name\n<arg_key>...</tool_call>`), converted by the
   format's `read` to JSON arguments (`json.dumps`, the templates' separators).
+- "custom": a custom tool's JSON envelope `{"name": N, "<args key>": {"input": S}}`
+  (`guided.tools.custom`), read to its input, given as the arguments `{"input": input}`.
 - "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`,
   Kimi K2's `functions.name:0<|tool_call_argument_begin|>{...}`).
 
@@ -27,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from guided.tools.custom import CUSTOM, INPUT, read_custom
 from guided.tools.syntax import (
     APPEND,
     CALL_JSON_STYLE,
@@ -379,6 +382,11 @@ def read_capture(name: str, text: str, fmt: str, tools: dict) -> tuple[str, str,
     if name == "call_json":
         split = split_call(text)
         return None if split is None else (split[0], split[1], json.loads(text)[args_key(fmt)])
+    if name == CUSTOM and (head := CALL_HEAD.match(text)) is not None:
+        called = json.loads(f'"{head.group(1)}"')
+        tool = tools.get(called)
+        value = None if tool is None else read_custom(text[head.end() :], tool.format)
+        return None if value is None else (called, json.dumps({INPUT: value}, ensure_ascii=False), {INPUT: value})
     if name.startswith("args:"):
         return name[5:], text, json.loads(text)
     f = FORMATS.get(fmt)

@@ -60,6 +60,29 @@ def in_order(name: str, items: list[tuple[str, bool]], sep: str, rules: list[str
     return f"{name}_f0{'?' if empty_from[0] else ''}"
 
 
+def _regex_escape(text: str) -> str:
+    return "".join(c if c.isalnum() or c in " _" else "\\n" if c == "\n" else "\\" + c for c in text)
+
+
+def text_not_starting_with(prefixes: list[str]) -> str:
+    """A regex (llguidance syntax) of every text, also "", that starts with none of `prefixes`: for
+    each proper prefix p of a prefix (a trie node), p then the end or a character that does not
+    continue any prefix. The alternatives are disjoint (the longest node that is a prefix of the
+    text is unique)."""
+    nodes: dict[str, set[str]] = {}
+    for prefix in prefixes:
+        for i in range(len(prefix)):
+            nodes.setdefault(prefix[:i], set()).add(prefix[i])
+    complete = set(prefixes)
+    alternatives = []
+    for node, following in nodes.items():
+        if node in complete:
+            continue
+        banned = "".join(_regex_escape(c) for c in sorted(following))
+        alternatives.append(f"{_regex_escape(node)}([^{banned}](.|\\n)*)?")
+    return "(" + "|".join(alternatives) + ")"
+
+
 # -- pythonic calls: [fn(a=1, b="x"), g()] -----------------------------------------------------------
 
 PY_TERMINALS = r"""PYSTR: /"([^"\\\n]|\\["\\'nrt]|\\u[0-9a-fA-F]{4})*"|'([^'\\\n]|\\["\\'nrt]|\\u[0-9a-fA-F]{4})*'/

@@ -1,0 +1,199 @@
+"""The Messages front end's mapping: a validated Anthropic `MessagesRequest` to the one
+`guided.request.GenerationRequest`, once, with no chat request in between. Its errors, and the
+prepare step's (`MESSAGES_NAMES`), name the Messages fields: `messages[i].content[j]`,
+`tools[i].input_schema`, `output_config.format.schema`, `tool_choice`, `thinking`.
+
+What maps to what:
+- `system` (text or text blocks) -> the system message; `messages` -> chat messages: a user
+  message's `tool_result` blocks become `tool` messages (before its text, as the results answer the
+  calls before them; `is_error` results say so in their text), an assistant message's `tool_use`
+  blocks its `tool_calls` (the input object as the arguments), its text blocks its content;
+  `thinking` / `redacted_thinking` blocks are dropped (chat templates drop earlier reasoning).
+- `output_config.format` (or the beta's top-level `output_format`) -> the answer's JSON Schema,
+  enforced by the grammar; `tools` -> function tools whose arguments are always constrained to
+  `input_schema`; `tool_choice` auto / any / tool / none -> auto / required / the named function /
+  none; `disable_parallel_tool_use` -> one call at most.
+- `max_tokens` -> the budget, cut to the server's `--max-tokens` (Anthropic's clients send a ceiling).
+- `thinking` enabled -> the reasoning budget `budget_tokens`; adaptive -> the default budget;
+  disabled -> `enable_thinking: false` for the chat template. A model that does not reason
+  answers without thinking blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_core import from_json
+
+from coreai.server import messages_schemas as m
+from coreai.server.errors import bad_request
+from coreai.server.pairing import tool_pairing_error
+from guided.request import GenerationRequest, Names, Sampling
+
+MESSAGES_NAMES = Names(
+    messages="messages",
+    max_tokens="max_tokens",
+    reasoning_effort="thinking",
+    tools="tools",
+    tool_choice="tool_choice",
+    tool_parameters="tools[{}].input_schema",
+    schema_in_prompt="output_config.format",
+)
+UNREADABLE = "this server's models read text only"
+
+
+def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = None) -> GenerationRequest:
+    """The generation `req` asks for (a `CountTokensRequest` renders the same prompt, with no
+    budget). `max_tokens_cap`: the server's bound of a reply; a larger `max_tokens` (Claude Code
+    asks for 32,000) is cut to it rather than refused, since Anthropic's clients send their own
+    ceiling, not a budget (a reply that reaches the bound stops with `max_tokens`). Raises a 400
+    `APIError` naming the Messages field at fault: a block this server cannot read, a server tool,
+    a `tool_result` answering no `tool_use` before it, a `tool_use` left unanswered, both
+    `output_config.format` and `output_format`, a last assistant message (a prefill to continue),
+    `stop_sequences` beside a constrained output (they would cut it)."""
+    if req.messages[-1].role == "assistant":
+        raise bad_request(
+            "messages: a last assistant message (a prefilled answer to continue) is not supported here; "
+            "end with a user message",
+            f"messages[{len(req.messages) - 1}].role",
+        )
+    if req.tool_choice is not None and not req.tools:
+        raise bad_request("tool_choice: tool_choice is only allowed when tools are given", "tool_choice")
+    create = req if isinstance(req, m.MessagesRequest) else None
+    forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool") and bool(req.tools)
+    if create and create.stop_sequences and (_answer(req) is not None or forced):
+        raise bad_request(
+            "stop_sequences cannot be combined with output_config.format or a forced tool call (tool_choice "
+            "any / tool): a stop sequence would cut the constrained output; the grammar decides where it ends",
+            "stop_sequences",
+        )
+    messages: list[dict] = [{"role": "system", "content": _system(req.system)}] if req.system else []
+    for i, turn in enumerate(req.messages):
+        messages += chat_messages(turn, i)
+    answered = [(t["role"], [c["id"] for c in t.get("tool_calls") or []], t.get("tool_call_id")) for t in messages]
+    if found := tool_pairing_error(answered):
+        at, field, message = found
+        if field == "tool_calls":
+            pending = message.rsplit("not answered: ", 1)[-1]
+            message = f"each tool_use block needs a tool_result block in the next user message; not answered: {pending}"
+        else:
+            message = (
+                f"a tool_result block answers tool_use_id {answered[at][2]!r}, which no tool_use block before it has"
+            )
+        raise bad_request(f"messages: {message}", "messages")
+    return GenerationRequest(
+        messages=messages,
+        names=MESSAGES_NAMES,
+        sampling=Sampling(temperature=create.temperature, top_p=create.top_p, top_k=create.top_k)
+        if create
+        else Sampling(),
+        max_tokens=min(create.max_tokens, max_tokens_cap or create.max_tokens) if create else None,
+        stop=list(create.stop_sequences or []) if create else [],
+        answer=_answer(req),
+        tools=_tools(req.tools) if req.tools else None,
+        tool_choice=_tool_choice(req.tool_choice) if req.tools else None,
+        parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use),
+        max_reasoning_tokens=req.thinking.budget_tokens if isinstance(req.thinking, m.ThinkingEnabled) else None,
+        chat_template_kwargs={"enable_thinking": False} if isinstance(req.thinking, m.ThinkingDisabled) else None,
+    )
+
+
+def chat_messages(message: m.Message, index: int) -> list[dict]:
+    """The chat messages of `messages[index]`, as the chat template expects them."""
+    if isinstance(message.content, str):
+        return [{"role": message.role, "content": message.content}]
+    text: list[str] = []
+    results: list[dict] = []
+    calls: list[dict] = []
+    for j, block in enumerate(message.content):
+        where = f"messages[{index}].content[{j}]"
+        if isinstance(block, m.TextBlock):
+            text.append(block.text)
+        elif isinstance(block, m.ToolUseBlock):
+            if message.role != "assistant":
+                raise bad_request(f"{where}: tool_use blocks belong in assistant messages", where)
+            calls.append(
+                {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": block.input}}
+            )
+        elif isinstance(block, m.ToolResultBlock):
+            if message.role != "user":
+                raise bad_request(f"{where}: tool_result blocks belong in user messages", where)
+            results.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": _result(block, where)})
+        elif isinstance(block, m.OtherBlock):
+            raise bad_request(f"{where}: {block.type} blocks are not supported: {UNREADABLE}", where)
+        # thinking / redacted_thinking: an earlier turn's reasoning, which templates drop
+    out = results
+    if message.role == "assistant":
+        if text or calls:
+            out.append(
+                {"role": "assistant", "content": "".join(text) or None, **({"tool_calls": calls} if calls else {})}
+            )
+    elif text or not results:
+        out.append({"role": "user", "content": "".join(text)})
+    return out
+
+
+def _result(block: m.ToolResultBlock, where: str) -> str:
+    """A tool result's text; an error result says so, as the model has no other way to tell."""
+    parts = block.content if isinstance(block.content, list) else [block.content or ""]
+    text = []
+    for k, part in enumerate(parts):
+        if isinstance(part, m.OtherBlock):
+            raise bad_request(f"{where}.content[{k}]: {part.type} blocks are not supported: {UNREADABLE}", where)
+        text.append(part if isinstance(part, str) else part.text)
+    return ("Error: " if block.is_error else "") + "".join(text)
+
+
+def _system(system: str | list[m.TextBlock]) -> str:
+    return system if isinstance(system, str) else "\n\n".join(b.text for b in system)
+
+
+def _answer(req: m.CountTokensRequest) -> tuple[str, dict] | None:
+    fmt = req.output_config.format if req.output_config else None
+    if fmt is not None and req.output_format is not None:
+        raise bad_request("give either output_config.format or output_format, not both", "output_format")
+    if fmt is not None:
+        return "output_config.format.schema", {"schema": fmt.schema_}
+    if req.output_format is not None:
+        return "output_format.schema", {"schema": req.output_format.schema_}
+    return None
+
+
+def _tools(tools: list[m.Tool | m.ServerTool]) -> list[dict]:
+    out = []
+    for i, tool in enumerate(tools):
+        if isinstance(tool, m.ServerTool):
+            raise bad_request(
+                f"tools[{i}]: the server tool {tool.type!r} is not supported (this server runs no tools; "
+                "define a client tool with input_schema)",
+                f"tools[{i}].type",
+            )
+        function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
+        if tool.description is not None:
+            function["description"] = tool.description
+        if tool.strict is not None:
+            function["strict"] = tool.strict
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: m.ToolChoice | None) -> str | dict:
+    if choice is None or choice.type == "auto":
+        return "auto"
+    if choice.type == "any":
+        return "required"
+    if choice.type == "none":
+        return "none"
+    if not choice.name:
+        raise bad_request("tool_choice: a choice of type 'tool' needs the tool's name", "tool_choice.name")
+    return {"type": "function", "function": {"name": choice.name}}
+
+
+def input_json(arguments: str) -> dict:
+    """A call's arguments (JSON text, complete or cut by the budget) as the `input` object of a
+    `tool_use` block: a cut call's object holds what was decoded (pydantic's partial JSON)."""
+    try:
+        value = from_json(arguments, allow_partial=True) if arguments else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
