@@ -1,5 +1,5 @@
 """One model on 1 rank, then on 2 ranks (tensor and pipeline parallel) under `mlx.launch` on
-loopback: greedy decode tok/s and each rank's peak resident memory (issue 38).
+loopback: greedy decode tok/s, each rank's share of the weights and its peak resident memory (issue 38).
 
     python -m benchmarks.distributed [--model qwen2.5-coder-0.5b-instruct] [--tokens 128]
 
@@ -34,6 +34,8 @@ def peak_rss_mib() -> float:
 def rank_run(model_name: str, tokens: int, pipeline: bool) -> int:
     """One rank of a setting: load (this rank's shard), generate on rank 0, follow on the others;
     print this rank's RESULT line."""
+    from mlx.utils import tree_flatten
+
     import coreai
     from runtime.distributed import follow, join
 
@@ -41,6 +43,8 @@ def rank_run(model_name: str, tokens: int, pipeline: bool) -> int:
     t0 = time.perf_counter()
     model = coreai.load(model_name, cluster=cluster)
     row: dict = {"rank": 0 if cluster is None else cluster.rank, "load_s": round(time.perf_counter() - t0, 2)}
+    weights = sum(v.nbytes for _, v in tree_flatten(model.network.parameters()))
+    row["weights_mib"] = round(weights / 2**20)  # this rank's share of the weights, as loaded (float32 on a CPU)
     if cluster is not None and cluster.rank != 0:
         follow(model.network, cluster)
     else:
@@ -83,13 +87,14 @@ def main(argv=None) -> int:
 
     resolve(args.model)  # a registry model is exported once, before any timed process
     report: dict = {"model": args.model, "tokens": args.tokens, "load_average": os.getloadavg(), "settings": {}}
-    print(f"{'setting':20s} {'decode tok/s':>12s}   peak RSS per rank (MiB)   load (s) per rank")
+    print(f"{'setting':20s} {'decode tok/s':>12s}   weights per rank (MiB)   peak RSS per rank (MiB)   load (s)")
     for name, (ranks, flags) in SETTINGS.items():
         rows = run_setting(args.model, args.tokens, ranks, flags)
         report["settings"][name] = rows
         rss = ", ".join(str(r["peak_rss_mib"]) for r in rows)
         load = ", ".join(str(r["load_s"]) for r in rows)
-        print(f"{name:20s} {rows[0]['decode_tps']:12.1f}   {rss:24s}  {load}", flush=True)
+        weights = ", ".join(str(r["weights_mib"]) for r in rows)
+        print(f"{name:20s} {rows[0]['decode_tps']:12.1f}   {weights:23s}  {rss:24s}  {load}", flush=True)
     report["load_average_after"] = os.getloadavg()
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"load average (1, 5, 15 min) before {report['load_average']}, after {report['load_average_after']}")

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -136,8 +137,8 @@ def client(base: str) -> openai.OpenAI:
 
 
 def answers(base: str) -> dict:
-    """The greedy answers compared: a schema request, a tool call and a stream on chat completions, a
-    schema request on Responses, a forced tool call on Messages."""
+    """The greedy answers compared: three requests decoded together, a schema request, a tool call and
+    a stream on chat completions, a schema request on Responses, a forced tool call on Messages."""
     c = client(base)
     name = c.models.list().data[0].id
     schema = c.chat.completions.create(
@@ -165,12 +166,26 @@ def answers(base: str) -> dict:
         tool_choice={"type": "any"},
     )
     return {
+        "batched": _batched(c, name),
         "responses": (response.output_text, response.status),
         "messages": ([block.model_dump(exclude={"id"}) for block in message.content], message.stop_reason),
         "schema": (schema.message.content, schema.finish_reason),
         "tool": (call.name, call.arguments, tool.choices[0].finish_reason),
         "stream": text,
     }
+
+
+def _batched(c: openai.OpenAI, name: str) -> list[str]:
+    """Three requests sent together, so they decode in one batch (continuous batching): their texts."""
+    prompts = ["Tell me about a person.", "Name a city.", "Count to five."]
+
+    def ask(prompt: str) -> str:
+        messages = [{"role": "user", "content": prompt}]
+        reply = c.chat.completions.create(model=name, messages=messages, max_tokens=30, temperature=0)
+        return reply.choices[0].message.content or ""
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(ask, prompts))
 
 
 @pytest.fixture(scope="module")
