@@ -261,11 +261,16 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
 
     def rollback(self, n: int) -> None:
         """Remove the last `n` generated tokens from the grammar state and the processors' history.
-        Raises ValueError if fewer than `n` tokens were accepted."""
-        if not self.matcher.rollback(n):
+        Tokens of a reasoning block (before the answer; the matcher never takes them) leave the
+        grammar state as it is. Raises InputError, without a reasoning plan, if fewer than `n`
+        tokens were accepted."""
+        answer = n
+        if self.gate.plan is not None:
+            answer = min(n, self.matcher.num_accepted) if self.gate.answering else 0
+        if not self.matcher.rollback(answer):
             raise InputError(f"cannot roll back {n} tokens: only {self.matcher.num_accepted} accepted")
         if self.planner is not None:
-            self.planner.forget(n)
+            self.planner.forget(answer)
         if self.tracker is not None:
-            self.tracker.forget(min(n, self.tracker.fed))
+            self.tracker.forget(min(answer, self.tracker.fed))
         super().rollback(n)

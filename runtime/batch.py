@@ -219,6 +219,8 @@ class BatchGenerator:
         try:
             assert row.logits is not None  # set by the pass before the step
             trim = row.seq.apply(row.strategy.step(row.logits))
+            if row.seq.overrun:
+                row.strategy.rollback(row.seq.overrun)
         except Exception as exc:  # noqa: BLE001 - this row's failure ends this row only
             out.append((row, row.seq.end("error", f"{type(exc).__name__}: {exc}")))
             return 0

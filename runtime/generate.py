@@ -127,6 +127,8 @@ def _generate(
     while True:
         strategy.prepare()
         trim = seq.apply(strategy.step(logits))
+        if seq.overrun:
+            strategy.rollback(seq.overrun)
         if trim:
             trim_prompt_cache(cache, trim)
             del pc.tokens[len(pc.tokens) - trim :]

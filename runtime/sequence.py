@@ -132,6 +132,7 @@ class Sequence:
         self.reported_last = prompt_ids[-1]
         self.last_prompt_token = prompt_ids[-1]
         self.refeed = False  # the last step appended nothing new to the KV cache: score the last kept token again
+        self.overrun = 0  # tokens of the last step dropped at max_tokens: the loop hands them back (`rollback`)
 
     @property
     def cancelled(self) -> bool:
@@ -140,7 +141,9 @@ class Sequence:
     def apply(self, step: Step) -> int:
         """Apply one strategy step to the output (rejected draft, rollback, new tokens, EOS,
         max_tokens, the strategy's finish, cancel). Returns how many tokens to trim from the end of
-        this sequence's KV cache (the rejected draft tokens, then the rolled-back ones)."""
+        this sequence's KV cache (the rejected draft tokens, then the rolled-back ones). A step cut
+        by max_tokens ends "length" and sets `overrun`: the loop rolls the strategy back by it, so
+        its state (a grammar matcher) holds the output and nothing past it."""
         if self.first is None:
             self.first = time.perf_counter()
         self.step = step
@@ -159,6 +162,9 @@ class Sequence:
             appended.append(t)
             if len(self.out) + len(appended) >= self.max_tokens:
                 break
+        # Tokens of the step past the budget: the strategy took them, the output never will. The budget
+        # decides the finish then, also over a strategy's "stop" (its grammar ended in the dropped part).
+        self.overrun = len(step.tokens) - len(appended) if self.finish is None else 0
         self.out.extend(appended)
         self.labels += [None] * len(appended)
         # `tokens` is the accepted draft, then the sampled token(s), then the forced ones.
@@ -174,6 +180,8 @@ class Sequence:
                 raise RuntimeError(f"the strategy labelled {len(labels)} tokens; {len(self.held)} are held back")
             if labels:
                 self.labels[len(self.labels) - len(labels) :] = labels
+        if self.finish is None and self.overrun:
+            self.finish = "length"
         if self.finish is None and step.finish:
             self.finish, self.error = step.finish, step.message
         if self.finish is None and len(self.out) >= self.max_tokens:

@@ -98,3 +98,7 @@ class DecodingStrategy(Protocol):
         """Decide the next token(s). `logits`: mx.array [1 + d, vocab] (model dtype) for the last
         appended token and the `d` draft tokens the previous step proposed (the loop feeds a draft
         whole). `vocab` is the model's logit width."""
+
+    def rollback(self, n: int) -> None:
+        """Forget the last `n` tokens this strategy returned. The loop calls it when max_tokens cut a
+        step of several tokens: the tokens past the budget are never output."""

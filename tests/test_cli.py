@@ -357,3 +357,22 @@ def test_generate_with_tools_and_schema_answers_in_the_schema(tiny_model_dir, tm
     captured = capsys.readouterr()
     assert code == 0, captured
     jsonschema.validate(json.loads(captured.out.strip()), schema)
+
+
+def test_generate_with_a_custom_tool_prints_its_raw_input(tiny_model_dir, tmp_path, capsys):
+    """A custom tool (#37) in --tools, chosen by name: one JSON line {name, input} whose raw input
+    matches the tool's regex (checked by Python's `re`, not by the code under test)."""
+    import re
+
+    date = r"\d{4}-\d{2}-\d{2}"
+    tools = tmp_path / "tools.json"
+    custom = {"type": "custom", "name": "date", "format": {"type": "grammar", "syntax": "regex", "definition": date}}
+    tools.write_text(json.dumps([custom, {"type": "function", "function": {"name": "f", "parameters": {}}}]))
+    code = main(
+        ["generate", str(tiny_model_dir), "--prompt", "When?", "--tools", str(tools), "--tool-choice", "date"]
+        + ["--max-tokens", "40", "--temperature", "0"]
+    )
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(out) == 1, out
+    call = json.loads(out[0])
+    assert call["name"] == "date" and set(call) == {"name", "input"} and re.fullmatch(date, call["input"]), call

@@ -195,6 +195,8 @@ BAD = [
     ),
     ({"max_tokens": 5, "messages": USER, "model": "claude-x"}, 404, "claude-x"),
     ({"max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": "Sure"}]}, 400, "prefilled"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": ""}]}, 400, "messages[0].content"),
+    ({"max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": []}, *USER]}, 400, "messages[1].content"),
     (
         {
             "max_tokens": 5,

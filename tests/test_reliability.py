@@ -218,3 +218,15 @@ def test_qwen_logprobs_end_with_the_content_at_a_stop_string(qwen_model):
         t["token"] for e in events for c in e["choices"] for t in ((c.get("logprobs") or {}).get("content") or [])
     ]
     assert streamed == tokens
+
+
+def test_an_assistant_message_without_content_or_calls_is_a_400_naming_its_content(tiny):
+    """OpenAI: an assistant message's content is required unless it has tool_calls."""
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "?"},
+    ]
+    r = post(tiny, max_tokens=2, messages=messages)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1].content", r.text
+    assert "tool_calls" in r.json()["error"]["message"]

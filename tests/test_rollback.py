@@ -170,6 +170,20 @@ def test_strategy_rollback_keeps_the_checker_in_step(tiny_model):
     assert planner.answer == kept and bytes(planner.checker.text) == tiny_model.tokenizer.hf.decode(kept).encode()
 
 
+def test_a_max_tokens_cut_inside_jump_forward_leaves_the_matcher_at_the_output(tiny_model):
+    """The grammar forces all but its first token (jump-forward) and ends; max_tokens cuts that
+    step. The output ends "length", not valid, and the matcher holds exactly the delivered tokens
+    (it had taken the whole step: found 2026-12-02, docs/reference/guided.md)."""
+    session = ConstrainedSession(tiny_model, choices=["alpha beta gamma delta epsilon zeta eta theta"])
+    result = session.generate("x", max_tokens=3)
+    assert result.finish_reason == "length" and not result.valid and len(result.token_ids) == 3
+    strategy = session.strategy()
+    assert tiny_model.generate("x", strategy=strategy, max_tokens=3).token_ids == result.token_ids
+    assert strategy.matcher.num_accepted == 3
+    replay = session.compiled.matcher()
+    assert replay.accept_tokens(result.token_ids) and not replay.is_terminated()
+
+
 def test_the_report_labels_keywords_under_a_validated_one(tiny_model):
     session = ConstrainedSession(tiny_model, **COMPACT, schema={"enum": ["x", "y"], "not": {"enum": ["x"]}})
     hows = {(e.keyword, e.pointer): e.how for e in session.enforcement}

@@ -34,6 +34,9 @@ class ForcedStrategy:
             return Step(finish="stop")
         return Step(tokens=chunk, forced=len(chunk) - 1)
 
+    def rollback(self, n):
+        self.pos -= n
+
 
 def test_seeded_sampling_is_reproducible(tiny_model):
     params = SamplingParams(temperature=1.0, seed=7)
@@ -175,6 +178,35 @@ def test_max_tokens_one(tiny_model):
     result = tiny_model.generate("Hello", max_tokens=1)
     assert result.finish_reason == "length" and len(result.token_ids) == 1
     assert result.usage.completion_tokens == 1
+
+
+def test_a_step_cut_by_max_tokens_ends_length_and_its_overrun_is_handed_back(tiny_model):
+    """A strategy whose last step (several tokens, e.g. a grammar's jump-forward to its end) says
+    "stop" but runs past max_tokens: the output ends "length" (never "stop" with the end cut off), and
+    the tokens past the budget are rolled back from the strategy, solo and batched."""
+    from runtime.batch import BatchGenerator
+
+    ids = tiny_model.tokenizer.encode(" alpha beta gamma delta epsilon zeta", add_special_tokens=False)[:6]
+
+    class Ending(ForcedStrategy):
+        def step(self, logits):
+            step = super().step(logits)
+            step.finish = step.finish or ("stop" if self.pos == len(self.ids) else None)
+            return step
+
+    solo = Ending(ids, per_step=4)
+    result = tiny_model.generate("x", strategy=solo, max_tokens=6 - 1)
+    batch = BatchGenerator(tiny_model.network, tiny_model.tokenizer, max_batch=2)
+    batched = Ending(ids, per_step=4)
+    batch.add(tiny_model.prompt_ids("x"), batched, max_tokens=6 - 1, tag=0)
+    last = None
+    while len(batch):
+        last = next((d.result for _, d in batch.step() if d.result is not None), last)
+    for r, strategy in ((result, solo), (last, batched)):
+        assert r.finish_reason == "length" and r.token_ids == ids[:5]
+        assert strategy.pos == 5  # the 6th token, past the budget, was handed back
+    whole = tiny_model.generate("x", strategy=Ending(ids, per_step=4), max_tokens=6)
+    assert whole.finish_reason == "stop" and whole.token_ids == ids  # the budget held all of it
 
 
 def test_end_of_turn_id_stops_without_text(tiny_model):

@@ -179,3 +179,28 @@ def test_qwen_custom_tools_on_both_routes(qwen, qwen_model):
     )
     print("qwen answer after the output:", turn.output_text)
     assert turn.output_text and turn.status in ("completed", "incomplete")
+
+
+def test_qwen_regex_forced_on_chat_and_lark_under_auto_on_responses(qwen, qwen_model):
+    """The two cases the first real-model test does not cover: the regex date tool forced on chat,
+    streamed (the deltas join to the final input, which `re` accepts); the Lark SQL tool under
+    `auto` on Responses (a call, if made, is accepted by a fresh Lark matcher)."""
+    c = client(qwen)
+    ask = [{"role": "user", "content": "What is the date of Christmas Day 2025?"}]
+    choice = {"type": "custom", "custom": {"name": "date"}}
+    chunks = list(
+        c.chat.completions.create(model="qwen", messages=ask, tools=[CHAT_DATE], tool_choice=choice, stream=True)
+    )
+    pieces = [t for ch in chunks for t in (ch.choices[0].delta.tool_calls or [])]
+    streamed = "".join(t.custom["input"] for t in pieces if t.custom)
+    whole = c.chat.completions.create(model="qwen", messages=ask, tools=[CHAT_DATE], tool_choice=choice)
+    [call] = whole.choices[0].message.tool_calls
+    assert streamed == call.custom.input and re.fullmatch(DATE, call.custom.input), (streamed, call)
+    assert whole.choices[0].finish_reason == "tool_calls"
+    print("qwen forced date:", call.custom.input)
+    reply = c.responses.create(
+        model="qwen", input="Query the users table for the names of users older than 30.", tools=[SQL_TOOL]
+    )
+    made = [o for o in reply.output if o.type == "custom_tool_call"]
+    print("qwen auto sql:", [o.input for o in made] or reply.output_text)
+    assert all(o.name == "sql" and lark_accepts(qwen_model, o.input) for o in made), made

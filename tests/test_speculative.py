@@ -85,9 +85,7 @@ def test_guided_greedy_output_is_identical_and_uses_rollback(qwen_model):
 def test_state_after_rollbacks_equals_a_fresh_run(qwen_model):
     """After a speculative guided generation with rejected drafts, the KV cache holds exactly the
     prompt and the output (next-token logits equal a fresh prefill's) and the matcher equals a fresh
-    matcher fed the output. The generation ends by itself: at a max_tokens cut inside a multi-token
-    step (jump-forward, accepted draft) the loop drops the tokens past the budget after the matcher
-    took them (docs/reference/guided.md, known limitations), so the matcher would be ahead of the output."""
+    matcher fed the output (a max_tokens cut inside a step: tests/test_rollback.py)."""
     session = ConstrainedSession(qwen_model, schema=SCHEMA)
     cache = PromptCache(qwen_model.network)
     strategy = session.strategy()

@@ -99,7 +99,11 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
 
 
 def chat_messages(message: m.Message, index: int) -> list[dict]:
-    """The chat messages of `messages[index]`, as the chat template expects them."""
+    """The chat messages of `messages[index]`, as the chat template expects them. An empty content
+    (`""` or `[]`) is a 400 naming it, as Anthropic's API answers: the turn would say nothing."""
+    if not message.content:
+        where = f"messages[{index}].content"
+        raise bad_request(f"{where}: every message needs non-empty content", where)
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
     text: list[str] = []

@@ -377,6 +377,9 @@ class ChatCompletionRequest(SamplingFields):
         if found := tool_pairing_error(turns):
             i, key, message = found
             raise field_error(("messages", i, key), message, getattr(self.messages[i], key))
+        for i, m in enumerate(self.messages):  # OpenAI: "required unless tool_calls is specified"
+            if isinstance(m, AssistantMessage) and m.content is None and not m.tool_calls:
+                raise field_error(("messages", i, "content"), "an assistant message needs content or tool_calls", None)
         return self
 
     def output_constrained(self) -> bool:
