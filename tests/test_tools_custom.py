@@ -1,5 +1,6 @@
 """Custom tools (`guided.tools.custom`, OpenAI's `type: "custom"`): raw text inputs held to a Lark or
-regex grammar inside the call's JSON envelope, on the tiny random-weight model (Qwen's markup). The
+regex grammar inside the call's JSON envelope, or raw in Qwen3-Coder's parameter slot, on the tiny
+random-weight model (Qwen's markup). The
 inputs are checked by a second matcher: Python's `re.fullmatch` for the regex tool, a fresh
 llguidance matcher of the Lark grammar alone for the Lark tool, never by the code under test."""
 
@@ -49,6 +50,7 @@ def ids_of(session, text: str) -> list[int]:
     return session.model.tokenizer.hf.encode(text, add_special_tokens=False)
 
 
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder"])
 @pytest.mark.parametrize(
     ("tool", "check"),
     [
@@ -56,10 +58,11 @@ def ids_of(session, text: str) -> list[int]:
         (DATE_TOOL, lambda s, text: re.fullmatch(DATE, text) is not None),
     ],
 )
-def test_a_forced_custom_call_matches_its_grammar_and_streams_its_input(tiny_model, tool, check):
+def test_a_forced_custom_call_matches_its_grammar_and_streams_its_input(tiny_model, tool, check, fmt):
+    """In a JSON envelope (hermes) and in Qwen3-Coder's raw `<parameter=input>` slot."""
     name = tool.get("custom", tool)["name"]
     session = ConstrainedSession(
-        tiny_model, tools=[SEARCH, tool], tool_choice={"type": "custom", "custom": {"name": name}}
+        tiny_model, tools=[SEARCH, tool], tool_choice={"type": "custom", "custom": {"name": name}}, tool_format=fmt
     )
     end = {e: END for e in tiny_model.tokenizer.eos_ids}
     deltas = list(session.stream(USER, max_tokens=120, logit_bias=end))
@@ -101,6 +104,36 @@ def test_written_calls_read_back_unescaped_and_stream_exactly(tiny_model, tool, 
     assert "".join(e[2] for e in events if e[0] == "args") == value
 
 
+def xml_call(name: str, value: str) -> str:
+    return f"<tool_call>\n<function={name}>\n<parameter=input>\n{value}\n</parameter>\n</function>\n</tool_call>"
+
+
+@pytest.mark.parametrize(("tool", "value", "written"), WRITTEN)
+def test_qwen3_coder_carries_the_input_raw_in_its_parameter_slot(tiny_model, tool, value, written):
+    """Qwen3-Coder's XML: the input is written unescaped between `<parameter=input>` and
+    `</parameter>`, read back as written and streamed whole when the call is complete."""
+    name = tool.get("custom", tool)["name"]
+    session = ConstrainedSession(tiny_model, tools=[SEARCH, tool], tool_choice="required", tool_format="qwen3_coder")
+    ids = ids_of(session, xml_call(name, value))
+    matcher = session.compiled.matcher()
+    assert matcher.accept_tokens(ids) and matcher.is_accepting()
+    calls, labels = track(session, ids)
+    assert [(c.kind, c.name, c.input) for c in calls] == [("custom", name, value)]
+    stream = CallStream(session.tools)
+    pieces = [(label, tiny_model.tokenizer.hf.decode([t])) for t, label in zip(ids, labels)]
+    events = [e for p in pieces for e in stream.feed([p])] + stream.finish(calls)
+    assert "".join(e[2] for e in events if e[0] == "args") == value
+
+
+def test_qwen3_coder_refuses_inputs_its_grammar_does_not_match(tiny_model):
+    session = ConstrainedSession(
+        tiny_model, tools=[SQL_TOOL, DATE_TOOL], tool_choice="required", tool_format="qwen3_coder"
+    )
+    for name, bad in (("date", "2024-2-29"), ("sql", "DROP TABLE t;"), ("date", '"2024-02-29"')):
+        matcher = session.compiled.matcher()
+        assert not (matcher.accept_tokens(ids_of(session, xml_call(name, bad))) and matcher.is_accepting()), bad
+
+
 def test_the_grammar_refuses_inputs_it_does_not_match(tiny_model):
     session = ConstrainedSession(tiny_model, tools=[SQL_TOOL, DATE_TOOL], tool_choice="required")
     for bad in (
@@ -129,8 +162,9 @@ def test_a_broken_or_endless_grammar_is_an_error_naming_the_tool(tiny_model, def
     assert (info.value.tool, info.value.tool_index, info.value.tool_field) == ("bad", 1, "format")
 
 
-def test_formats_without_a_json_envelope_refuse_custom_tools(tiny_model):
-    non_json = [name for name, f in FORMATS.items() if f is not None and not f.json_calls]
+def test_formats_without_a_json_envelope_or_raw_slot_refuse_custom_tools(tiny_model):
+    non_json = [name for name, f in FORMATS.items() if f is not None and not (f.json_calls or f.raw_slot)]
+    assert non_json and "qwen3_coder" not in non_json
     for fmt in non_json:
         with pytest.raises(InputError, match="custom tool 'sql'"):
             ConstrainedSession(tiny_model, tools=[SQL_TOOL], tool_format=fmt)

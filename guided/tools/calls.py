@@ -284,7 +284,9 @@ class CallStream:
             if call is None:
                 return []
             self.names[i] = call[0]
-            return [("open", i, call[0]), ("args", i, json.dumps(call[1], ensure_ascii=False))]
+            tool = self.by_name[call[0]]
+            args = call[1][INPUT] if tool.kind == CUSTOM else json.dumps(call[1], ensure_ascii=False)
+            return [("open", i, call[0]), ("args", i, args)]
         else:
             return []
         if i not in self.names:

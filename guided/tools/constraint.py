@@ -345,7 +345,8 @@ def tool_constraint(
     "auto" (None), "required", "none" or {"type": "function", "function": {"name": ...}} (also the
     flat {"type": "function", "name": ...}; for a custom tool {"type": "custom", "custom": {"name":
     ...}} or {"type": "custom", "name": ...}). Custom tools need a format whose calls are JSON
-    envelopes (`guided.tools.custom`; ValueError otherwise). tool_format: None to detect it from the chat template.
+    envelopes or have a raw slot (`guided.tools.custom`; InputError otherwise). tool_format: None to
+    detect it from the chat template.
     answer: the engine's JSON Schema of a response format for the text answer (see `tool_grammar`).
     Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
     tokenizer cannot express) or SchemaError (bad parameters; `.tool`, `.tool_index`, `.pointer`)."""
@@ -364,10 +365,11 @@ def tool_constraint(
     fmt = tool_format or detect_format(template)
     f = FORMATS.get(fmt)
     custom = [t.name for t in parsed if t.kind == CUSTOM]
-    if custom and f is not None and not f.json_calls:
+    if custom and f is not None and not (f.json_calls or f.raw_slot):
         raise InputError(
-            f"custom tool {custom[0]!r}: the {fmt} call format has no JSON envelope to carry a custom input "
-            "(custom tools run in the hermes, llama3, mistral, phi4 and generic formats: use tool_format='generic')",
+            f"custom tool {custom[0]!r}: the {fmt} call format has no JSON envelope nor raw slot to carry a custom "
+            "input (custom tools run in the hermes, llama3, mistral, phi4, qwen3_coder and generic formats: use "
+            "tool_format='generic')",
             "tools",
         )
     choice = tool_choice or "auto"

@@ -18,13 +18,20 @@ string parameter, `input`, and a call is `{"name": N, "<args key>": {"input": S}
   a regex through JSON escaping (a lexeme), not a context-free grammar, so the grammar (an inline
   `%lark { ... }` subgrammar) constrains the raw text between the quotes. The input is that text.
 
-Each custom call is one capture (`CUSTOM`, the whole envelope), read by `read_custom`; formats whose
-calls are not JSON envelopes refuse custom tools with a grammar (`guided.tools.constraint`).
+Each custom call is one capture (`CUSTOM`, the whole envelope), read by `read_custom`.
+
+Qwen3-Coder's XML calls have a raw text slot: a custom call is `<function=N>` then `<parameter=input>`,
+the input written raw (unescaped) and `</parameter>`, the grammar (`raw_lark`: a Lark regex lexeme, or
+the Lark grammar inline) constraining exactly that text; text inputs run to the first
+`\n</parameter>\n`, as the format's string parameters do. The other formats whose calls are not JSON
+envelopes (pythonic, LFM2, GLM-4.5, Kimi K2, Mistral's named calls) refuse custom tools
+(`guided.tools.constraint`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from runtime.errors import InputError
 
@@ -71,6 +78,16 @@ def input_lark(fmt: dict) -> str:
     if fmt["syntax"] == "regex":
         return "%json " + json.dumps({"type": "string", "pattern": f"^(?:{fmt['definition']})$"}, ensure_ascii=False)
     return '"\\"" %lark {\n' + fmt["definition"].strip() + '\n} "\\""'
+
+
+def raw_lark(fmt: dict) -> str | None:
+    """The Lark expression (llguidance dialect) of a raw input, not inside a JSON string: a regex
+    lexeme `/R/` (R's unescaped slashes escaped) or the Lark grammar inline; None for text."""
+    if fmt["type"] == "text":
+        return None
+    if fmt["syntax"] == "lark":
+        return "%lark {\n" + fmt["definition"].strip() + "\n}"
+    return "/" + re.sub(r"(?<!\\)((?:\\\\)*)/", r"\1\\/", fmt["definition"]) + "/"
 
 
 def alone(fmt: dict) -> dict | None:

@@ -78,6 +78,8 @@ class ToolFormat:
         `guided.tools.calls.CallStream` then streams whole, when their text is complete.
     json_calls: its calls are JSON envelopes `{"name": ..., args_key: {...}}` (`call_json`), whose
         arguments validate-and-rollback follows as they are decoded (`guided.tools.check`).
+    raw_slot: its calls carry a custom tool's input raw in a slot of their own (Qwen3-Coder's
+        `<parameter=input>`); custom tools need this or `json_calls` (`guided.tools.custom`).
     """
 
     name: str
@@ -94,6 +96,7 @@ class ToolFormat:
     starts_call: Callable[[bytes], bool] = field(default=lambda data: b"{" in data)
     read: Callable[[str, dict], tuple[str, dict] | None] | None = None
     json_calls: bool = True
+    raw_slot: bool = False
 
 
 def json_text_forms(p: Pieces, bare: bool) -> tuple[list[str], str, list[tuple[str, int]]]:
@@ -286,6 +289,7 @@ FORMATS: dict[str, ToolFormat | None] = {
             starts_call=lambda data: b"<" in data or b"{" in data,
             read=read_qwen3_coder,
             json_calls=False,
+            raw_slot=True,
         ),
         ToolFormat(
             "mistral_names",

@@ -12,6 +12,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
+from guided.tools.custom import CUSTOM, raw_lark
 from runtime.errors import InputError
 
 # The templates render calls with json.dumps' default separators; the constraint matches them.
@@ -201,7 +202,9 @@ def qwen3_coder_rules(p: Pieces) -> str:
         for k, v in tool.parameters.get("properties", {}).items():
             if ">" in k or "\n" in k:
                 raise InputError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <parameter={k}>")
-            if is_text(v) and ("enum" in v or "const" in v):
+            if tool.kind == CUSTOM and (raw := raw_lark(tool.format)) is not None:
+                value = f"{raw} {end}"  # a custom tool's input, raw in its slot (`guided.tools.custom`)
+            elif is_text(v) and ("enum" in v or "const" in v):
                 words = [v["const"]] if "const" in v else v["enum"]
                 value = "(" + " | ".join(json.dumps(w) for w in words) + f") {end}"
             elif is_text(v):
