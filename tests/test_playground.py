@@ -225,3 +225,27 @@ def test_readable_at_laptop_and_phone_widths(browser, base, width, tmp_path):
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.screenshot(path=str(tmp_path / f"playground-{width}.png"), full_page=True)
     page.close()
+
+
+@pytest.mark.browser
+def test_the_api_docs_render_offline(browser, base):
+    """`/docs` (Swagger UI) and `/redoc` load their scripts from this server: with every request to
+    another host refused, as on a Mac without a network, the pages still list the routes."""
+    page = browser.new_page()
+    outside = []
+
+    def only_local(route):
+        if route.request.url.startswith(base):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_local)
+    page.goto(base + "/docs")
+    page.get_by_text("/v1/chat/completions").first.wait_for(timeout=TIMEOUT)
+    assert "coreai-mlx" in page.locator(".swagger-ui .info .title").inner_text()
+    page.goto(base + "/redoc")
+    page.get_by_text("/v1/messages").first.wait_for(timeout=TIMEOUT)
+    page.close()
+    assert not outside, outside

@@ -1,6 +1,6 @@
 """The FastAPI app: `/health`, `/v1/models`, `/v1/models/{model}`, `/v1/chat/completions`,
-`/v1/completions`, `/v1/responses`, Anthropic's `/v1/messages` (+ `/docs`, `/openapi.json`, and the
-playground page at `/`); the routes are in `coreai.server.routes`, `coreai.server.responses` and
+`/v1/completions`, `/v1/responses`, Anthropic's `/v1/messages` (+ `/openapi.json`, `/docs` and `/redoc`
+with their scripts served here, not from a CDN, and the playground page at `/`); the routes are in `coreai.server.routes`, `coreai.server.responses` and
 `coreai.server.messages`, their shared helpers in `coreai.server.api`, the playground's in
 `coreai.server.playground`.
 
@@ -21,6 +21,7 @@ import contextlib
 
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
+from fastapi_offline import FastAPIOffline
 
 from coreai.server import messages, playground, responses
 from coreai.server.config import ServerConfig
@@ -50,7 +51,7 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
         finally:
             await run_in_threadpool(state.stop)  # joins threads: off the event loop
 
-    app = FastAPI(
+    app = FastAPIOffline(
         title="coreai-mlx",
         version="0.1.0",
         lifespan=lifespan,
