@@ -1,8 +1,8 @@
 """The FastAPI app: `/health`, `/v1/models`, `/v1/models/{model}`, `/v1/chat/completions`,
 `/v1/completions`, `/v1/responses`, Anthropic's `/v1/messages` (+ `/openapi.json`, `/docs` and `/redoc`
-with their scripts served here, not from a CDN, and the playground page at `/`); the routes are in `coreai.server.routes`, `coreai.server.responses` and
-`coreai.server.messages`, their shared helpers in `coreai.server.api`, the playground's in
-`coreai.server.playground`.
+with their scripts served here, not from a CDN, and the playground page at `/`); the routes are in
+`coreai.server.routes`, `coreai.server.responses` and `coreai.server.messages`, their shared helpers
+in `coreai.server.api`, the playground's in `coreai.server.playground`.
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,
