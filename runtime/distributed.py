@@ -193,7 +193,8 @@ class Leader:
 
     def execute(self, kv: KVBatch, plan: StepPlan) -> dict:
         """Broadcast `plan` (after an "open" for a batch the other ranks do not mirror yet), then run it
-        on `kv`. Raises ClusterLost (after `on_lost`) when a collective fails: the ranks may differ."""
+        on `kv` and evaluate its logits. Raises ClusterLost (after `on_lost`) when a collective fails:
+        the ranks may differ."""
         with self._exchange("a batch step"):
             if kv is not self._kv:
                 prefix = kv.prompt_cache
@@ -203,7 +204,18 @@ class Leader:
                 self._channel.send({"open": config})
                 self._kv = kv
             self._channel.send({"step": plan.encode()})
-            return kv.run(plan)
+            logits = kv.run(plan)
+            # Evaluated here, not later by the strategies: the pass's collectives wait on the other
+            # ranks, and a wait on a dead rank must be under the watchdog (no overlap of the pass with
+            # the CPU's mask work on a distributed model).
+            mx.eval(list(logits.values()))
+            return logits
+
+    def stopping(self, timeout: float) -> None:
+        """Rank 0 is stopping: from now on an exchange longer than `timeout` s (or the rank timeout,
+        if shorter) means the cluster is lost. mlx.launch ends every rank once one dies, so a stop
+        may come while a step waits on a dead rank, which the ring backend never reports."""
+        self._watchdog.timeout = min(self._watchdog.timeout, timeout)
 
     def heartbeat(self) -> None:
         """Tell the other ranks rank 0 is alive (and learn whether they are)."""

@@ -276,6 +276,37 @@ def test_a_killed_rank_ends_the_server(tiny_model_dir):
         os.unlink(hosts.name)
 
 
+def test_a_rank_killed_under_mlx_launch_answers_503_at_once(tiny_model_dir):
+    """mlx.launch ends every rank (SIGTERM) once one dies, rank 0 too, whose step waits on the dead
+    rank (the ring backend does not raise): stopping, rank 0 gives the step a short bound, then answers
+    503 `cluster_lost` to the running requests (a stream that began ends with that error event) and
+    the ranks end, within seconds, not after the rank timeout (60 s) or a drain that cannot finish."""
+    port = _free_ports(1)
+    process = launch(["serve", str(tiny_model_dir), "--port", str(port), *SERVE])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_up(base, process)
+        body = {"model": client(base).models.list().data[0].id, "messages": USER, "max_tokens": 480}
+        url = base + "/v1/chat/completions"
+        with ThreadPoolExecutor(1) as pool, httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as s:
+            lines = s.iter_lines()
+            next(lines)
+            plain = pool.submit(httpx.post, url, json=body, timeout=60)
+            time.sleep(0.5)  # the plain request joins the batch
+            os.kill(_ranks(process.pid)[1], signal.SIGKILL)
+            killed = time.monotonic()
+            streamed = list(lines)
+            reply = plain.result()
+        assert time.monotonic() - killed < 12
+        assert reply.status_code == 503 and reply.json()["error"]["code"] == "cluster_lost", reply.text
+        assert any('"cluster_lost"' in line for line in streamed), streamed[-3:]
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.model
 def test_real_model_schema_request_matches_one_process(qwen_dir, qwen_model):
     body = dict(

@@ -1389,3 +1389,33 @@ def test_json_object_with_a_schema_enforces_the_schema(tiny):
     bad = chat_body(response_format={"type": "json_object", "schema": {"type": "strin"}})
     error = httpx.post(tiny + "/v1/chat/completions", json=bad, timeout=60).json()["error"]
     assert error["param"] == "response_format.schema" and error["code"] == "invalid_schema", error
+
+
+def test_a_lost_model_mid_stream_is_each_apis_error_event():
+    """Once a stream began (status 200 sent), a lost distributed model is reported in each API's own
+    error event with its code (the whole path, under mlx.launch: tests/test_distributed.py); a bug
+    stays a bare server error."""
+    import asyncio
+
+    from coreai.server import messages_reply, responses_stream, streaming
+    from runtime.errors import ClusterLost
+
+    def events(render, error: Exception) -> list[str]:
+        async def stream():
+            yield {"type": "first"}
+            raise error
+
+        async def run():
+            return [e async for e in render(stream())]
+
+        return asyncio.run(run())
+
+    lost = ClusterLost("the distributed model is lost: x")
+    chat = events(streaming.sse, lost)
+    assert json.loads(chat[1][6:])["error"]["code"] == "cluster_lost" and chat[-1] == "data: [DONE]\n\n"
+    last = json.loads(events(responses_stream.sse_events, lost)[-1].split("data: ", 1)[1])
+    assert (last["type"], last["code"], last["sequence_number"]) == ("error", "cluster_lost", 1)
+    last = json.loads(events(messages_reply.sse, lost)[-1].split("data: ", 1)[1])
+    assert last == {"type": "error", "error": {"type": "overloaded_error", "message": str(lost)}}
+    last = json.loads(events(messages_reply.sse, KeyError("bug"))[-1].split("data: ", 1)[1])
+    assert last["error"] == {"type": "api_error", "message": "internal server error (KeyError)"}

@@ -17,6 +17,9 @@ from coreai.server.app import ServerConfig, create_app
 from guided import GrammarCache
 
 GRACE_AFTER_DRAIN = 30.0  # seconds for responses to finish writing once their generations ended
+# Seconds one exchange between the ranks may take once a distributed rank 0 stops (`Leader.stopping`):
+# a step longer than that then counts as the cluster lost (503, exit code 3).
+STOPPING_RANK_TIMEOUT = 5.0
 
 
 class Server(uvicorn.Server):
@@ -24,7 +27,8 @@ class Server(uvicorn.Server):
     first drains the generation worker: no new generations (503), `shutdown_timeout` seconds for the
     running ones, then they are cancelled; so the responses end themselves (finish_reason
     "cancelled") rather than uvicorn cancelling their tasks mid-write. Then uvicorn's own shutdown
-    and the app's lifespan shutdown, which joins the worker and journal threads."""
+    and the app's lifespan shutdown, which joins the worker and journal threads. On a distributed
+    rank 0 an exchange with the other ranks may take `STOPPING_RANK_TIMEOUT` s from then on."""
 
     def __init__(self, app, **options):
         state = app.state.server
@@ -32,6 +36,8 @@ class Server(uvicorn.Server):
         self.state = state
 
     async def shutdown(self, sockets=None) -> None:
+        if (leader := self.state.model.leader) is not None:  # the other ranks may be gone: a short bound
+            leader.stopping(STOPPING_RANK_TIMEOUT)
         await run_in_threadpool(self.state.worker.drain, self.state.config.shutdown_timeout)
         await super().shutdown(sockets)
 

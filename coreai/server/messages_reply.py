@@ -180,4 +180,9 @@ class _Blocks:
 def sse(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
     """The Messages stream as server-sent events; a server fault after the first event is an
     `error` event, as Anthropic sends it."""
-    return named_sse(stream, lambda message: {"type": "error", "error": {"type": "api_error", "message": message}})
+
+    def fault(message: str, code: str | None) -> dict:  # a lost model is a 503, which Anthropic calls overloaded
+        kind = "overloaded_error" if code == "cluster_lost" else "api_error"
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    return named_sse(stream, fault)

@@ -14,6 +14,7 @@ from fastapi import Request
 from coreai.server.engine import Piece
 from coreai.server.queue import Job
 from runtime import GenerationResult
+from runtime.errors import ClusterLost
 
 log = logging.getLogger("coreai.server")
 
@@ -85,31 +86,36 @@ async def merge(streams: list[AsyncIterator[dict]]) -> AsyncIterator[dict]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def failure(exc: Exception) -> tuple[str, str | None]:
+    """(message, code) of a failure after a stream's first event (call it in the `except` block): a
+    lost distributed model (`cluster_lost`, as its 503 says before a stream begins), or a bug,
+    logged with its traceback and reported without it (code None)."""
+    if isinstance(exc, ClusterLost):
+        return str(exc), "cluster_lost"
+    log.exception("internal error while streaming")
+    return f"internal server error ({type(exc).__name__})", None
+
+
 async def sse(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
     """Server-sent events, ending `data: [DONE]`. The status (200) is sent with the first event, so
-    a failure afterwards (a bug) is reported in-stream as an OpenAI error object, as OpenAI does."""
+    a failure afterwards (`failure`) is reported in-stream as an OpenAI error object, as OpenAI does."""
     try:
         async for chunk in chunks:
             yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
-    except Exception as exc:  # noqa: BLE001 - logged with its traceback, reported without it
-        log.exception("internal error while streaming")
-        error = {
-            "message": f"internal server error ({type(exc).__name__})",
-            "type": "server_error",
-            "param": None,
-            "code": None,
-        }
+    except Exception as exc:  # noqa: BLE001 - reported in-stream
+        message, code = failure(exc)
+        error = {"message": message, "type": "server_error", "param": None, "code": code}
         yield f"data: {json.dumps({'error': error})}\n\n"
     yield "data: [DONE]\n\n"
 
 
 async def named_sse(
-    stream: AsyncIterator[dict], fault: Callable[[str], dict], numbered: bool = False
+    stream: AsyncIterator[dict], fault: Callable[[str, str | None], dict], numbered: bool = False
 ) -> AsyncIterator[str]:
     """Server-sent events `event: <type>` / `data: <json>` of `stream`'s events (the Responses and
     Messages streams), numbered by `sequence_number` from 0 when `numbered` (Responses). The status
-    (200) went out with the first event, so a failure afterwards (a bug) is logged with its
-    traceback and sent as the event `fault(message)` (its API's error event), without it."""
+    (200) went out with the first event, so a failure afterwards is sent as the event
+    `fault(message, code)` (its API's error event; `failure`)."""
     sequence = 0
     try:
         async for event in stream:
@@ -117,9 +123,8 @@ async def named_sse(
                 event["sequence_number"] = sequence
                 sequence += 1
             yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
-    except Exception as exc:  # noqa: BLE001 - logged with its traceback, reported without it
-        log.exception("internal error while streaming")
-        error = fault(f"internal server error ({type(exc).__name__})")
+    except Exception as exc:  # noqa: BLE001 - reported in-stream
+        error = fault(*failure(exc))
         if numbered:
             error["sequence_number"] = sequence
         yield f"event: error\ndata: {json.dumps(error)}\n\n"
