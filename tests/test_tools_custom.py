@@ -86,39 +86,31 @@ WRITTEN = [
 ]
 
 
+def xml_call(name: str, value: str) -> str:
+    return f"<tool_call>\n<function={name}>\n<parameter=input>\n{value}\n</parameter>\n</function>\n</tool_call>"
+
+
+def hermes_call(name: str, written: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {{"input": {written}}}}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder"])
 @pytest.mark.parametrize(("tool", "value", "written"), WRITTEN)
-def test_written_calls_read_back_unescaped_and_stream_exactly(tiny_model, tool, value, written):
+def test_written_calls_read_back_unescaped_and_stream_exactly(tiny_model, tool, value, written, fmt):
+    """Hermes carries the input in its JSON envelope (`written`); Qwen3-Coder's XML unescaped between
+    `<parameter=input>` and `</parameter>` (streamed whole when the call is complete)."""
     name = tool.get("custom", tool)["name"]
-    session = ConstrainedSession(tiny_model, tools=[SEARCH, tool], tool_choice="required")
-    inner = f'"{written}"' if tool is SQL_TOOL else written
-    text = f'<tool_call>\n{{"name": "{name}", "arguments": {{"input": {inner}}}}}\n</tool_call>'
+    session = ConstrainedSession(tiny_model, tools=[SEARCH, tool], tool_choice="required", tool_format=fmt)
+    if fmt == "hermes":
+        text = hermes_call(name, f'"{written}"' if tool is SQL_TOOL else written)
+    else:
+        text = xml_call(name, value)
     ids = ids_of(session, text)
     matcher = session.compiled.matcher()
     assert matcher.accept_tokens(ids) and matcher.is_accepting()
     calls, labels = track(session, ids)
     assert [(c.kind, c.name, c.input) for c in calls] == [("custom", name, value)]
     # Token by token, as streamed: the fragments join to exactly the input.
-    stream = CallStream(session.tools)
-    pieces = [(label, tiny_model.tokenizer.hf.decode([t])) for t, label in zip(ids, labels)]
-    events = [e for p in pieces for e in stream.feed([p])] + stream.finish(calls)
-    assert "".join(e[2] for e in events if e[0] == "args") == value
-
-
-def xml_call(name: str, value: str) -> str:
-    return f"<tool_call>\n<function={name}>\n<parameter=input>\n{value}\n</parameter>\n</function>\n</tool_call>"
-
-
-@pytest.mark.parametrize(("tool", "value", "written"), WRITTEN)
-def test_qwen3_coder_carries_the_input_raw_in_its_parameter_slot(tiny_model, tool, value, written):
-    """Qwen3-Coder's XML: the input is written unescaped between `<parameter=input>` and
-    `</parameter>`, read back as written and streamed whole when the call is complete."""
-    name = tool.get("custom", tool)["name"]
-    session = ConstrainedSession(tiny_model, tools=[SEARCH, tool], tool_choice="required", tool_format="qwen3_coder")
-    ids = ids_of(session, xml_call(name, value))
-    matcher = session.compiled.matcher()
-    assert matcher.accept_tokens(ids) and matcher.is_accepting()
-    calls, labels = track(session, ids)
-    assert [(c.kind, c.name, c.input) for c in calls] == [("custom", name, value)]
     stream = CallStream(session.tools)
     pieces = [(label, tiny_model.tokenizer.hf.decode([t])) for t, label in zip(ids, labels)]
     events = [e for p in pieces for e in stream.feed([p])] + stream.finish(calls)
