@@ -307,6 +307,25 @@ def test_a_rank_killed_under_mlx_launch_answers_503_at_once(tiny_model_dir):
             process.wait()
 
 
+def test_a_stopping_leader_bounds_an_exchange(monkeypatch):
+    """Once rank 0 stops (`Leader.stopping`), an exchange that outlasts the short bound counts as the
+    cluster lost, well before the rank timeout: a rank that hangs (not dies) cannot hold a stop. The
+    exchange is made slow at the channel (a boundary: a hung rank cannot be made on demand; a dead
+    one under mlx.launch is the test above)."""
+    import mlx.core as mx
+
+    from runtime import distributed
+
+    lost: list[str] = []
+    leader = distributed.Leader(distributed.Cluster(mx.distributed.init(), "tensor", timeout=60), lost.append)
+    monkeypatch.setattr(distributed._Channel, "send", lambda self, message: time.sleep(1.5))
+    leader.heartbeat()
+    assert lost == []  # 1.5 s is within the rank timeout
+    leader.stopping(0.5)
+    leader.heartbeat()
+    assert len(lost) == 1 and "a heartbeat took longer than 0.5 s" in lost[0]
+
+
 @pytest.mark.model
 def test_real_model_schema_request_matches_one_process(qwen_dir, qwen_model):
     body = dict(
