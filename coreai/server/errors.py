@@ -46,13 +46,16 @@ class APIError(Exception):
         with Anthropic's status for it: an overloaded server (full queue, shutting down) is 529
         `overloaded_error`, which the `anthropic` SDK retries. The shape has no `param`: the message
         names the field instead."""
-        kind = ANTHROPIC_TYPES.get(self.status, "api_error")
-        status = 529 if kind == "overloaded_error" else self.status
+        body = self.anthropic_error()
+        status = 529 if body["error"]["type"] == "overloaded_error" else self.status
+        return JSONResponse(body, status_code=status, headers=self.headers)
+
+    def anthropic_error(self) -> dict:
+        """The body of `anthropic_response` (also the Messages stream's `error` event)."""
         message = self.message
         if self.param and not message.startswith(self.param):
             message = f"{self.param}: {message}"
-        body = {"type": "error", "error": {"type": kind, "message": message}}
-        return JSONResponse(body, status_code=status, headers=self.headers)
+        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(self.status, "api_error"), "message": message}}
 
     def response_for(self, path: str) -> JSONResponse:
         """The error object of the API `path` belongs to: Anthropic's under /v1/messages, else OpenAI's."""
@@ -70,6 +73,12 @@ ANTHROPIC_TYPES = {
     429: "overloaded_error",
     503: "overloaded_error",
 }
+
+
+def lost_error(exc: ClusterLost) -> APIError:
+    """A lost distributed model (a rank died or hung): 503 `cluster_lost`, before a stream begins and
+    as the error event of one that began."""
+    return APIError(503, str(exc), "server_error", None, "cluster_lost")
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:
@@ -177,7 +186,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ClusterLost)
     async def _lost(request: Request, exc: ClusterLost):  # a rank died mid-request: the server is going
-        return APIError(503, str(exc), "server_error", None, "cluster_lost").response_for(request.url.path)
+        return lost_error(exc).response_for(request.url.path)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):

@@ -180,9 +180,4 @@ class _Blocks:
 def sse(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
     """The Messages stream as server-sent events; a server fault after the first event is an
     `error` event, as Anthropic sends it."""
-
-    def fault(message: str, code: str | None) -> dict:  # a lost model is a 503, which Anthropic calls overloaded
-        kind = "overloaded_error" if code == "cluster_lost" else "api_error"
-        return {"type": "error", "error": {"type": kind, "message": message}}
-
-    return named_sse(stream, fault)
+    return named_sse(stream, lambda error: error.anthropic_error())

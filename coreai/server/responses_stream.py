@@ -185,6 +185,6 @@ def sse_events(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
     after the first event is an `error` event, as OpenAI sends it."""
     return named_sse(
         stream,
-        lambda message, code: {"type": "error", "code": code or "server_error", "message": message, "param": None},
+        lambda e: {"type": "error", "code": e.code or "server_error", "message": e.message, "param": None},
         numbered=True,
     )

@@ -12,6 +12,7 @@ from typing import AsyncIterator, Callable, cast
 from fastapi import Request
 
 from coreai.server.engine import Piece
+from coreai.server.errors import APIError, lost_error
 from coreai.server.queue import Job
 from runtime import GenerationResult
 from runtime.errors import ClusterLost
@@ -86,14 +87,14 @@ async def merge(streams: list[AsyncIterator[dict]]) -> AsyncIterator[dict]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def failure(exc: Exception) -> tuple[str, str | None]:
-    """(message, code) of a failure after a stream's first event (call it in the `except` block): a
-    lost distributed model (`cluster_lost`, as its 503 says before a stream begins), or a bug,
-    logged with its traceback and reported without it (code None)."""
+def failure(exc: Exception) -> APIError:
+    """The error of a failure after a stream's first event (call it in the `except` block): a lost
+    distributed model (`lost_error`, as before a stream begins), or a bug, logged with its
+    traceback and reported without it (a 500 `server_error`)."""
     if isinstance(exc, ClusterLost):
-        return str(exc), "cluster_lost"
+        return lost_error(exc)
     log.exception("internal error while streaming")
-    return f"internal server error ({type(exc).__name__})", None
+    return APIError(500, f"internal server error ({type(exc).__name__})", "server_error")
 
 
 async def sse(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
@@ -103,19 +104,19 @@ async def sse(chunks: AsyncIterator[dict]) -> AsyncIterator[str]:
         async for chunk in chunks:
             yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
     except Exception as exc:  # noqa: BLE001 - reported in-stream
-        message, code = failure(exc)
-        error = {"message": message, "type": "server_error", "param": None, "code": code}
+        e = failure(exc)
+        error = {"message": e.message, "type": e.type, "param": None, "code": e.code}
         yield f"data: {json.dumps({'error': error})}\n\n"
     yield "data: [DONE]\n\n"
 
 
 async def named_sse(
-    stream: AsyncIterator[dict], fault: Callable[[str, str | None], dict], numbered: bool = False
+    stream: AsyncIterator[dict], fault: Callable[[APIError], dict], numbered: bool = False
 ) -> AsyncIterator[str]:
     """Server-sent events `event: <type>` / `data: <json>` of `stream`'s events (the Responses and
     Messages streams), numbered by `sequence_number` from 0 when `numbered` (Responses). The status
     (200) went out with the first event, so a failure afterwards is sent as the event
-    `fault(message, code)` (its API's error event; `failure`)."""
+    `fault(error)` (its API's error event of the `failure`)."""
     sequence = 0
     try:
         async for event in stream:
@@ -124,7 +125,7 @@ async def named_sse(
                 sequence += 1
             yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
     except Exception as exc:  # noqa: BLE001 - reported in-stream
-        error = fault(*failure(exc))
+        error = fault(failure(exc))
         if numbered:
             error["sequence_number"] = sequence
         yield f"event: error\ndata: {json.dumps(error)}\n\n"
