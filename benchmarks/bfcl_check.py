@@ -153,7 +153,7 @@ def _equal(value, acceptable) -> bool:
     if isinstance(value, str) and isinstance(acceptable, str):
         return normalize(value) == normalize(acceptable)
     if isinstance(value, list) and isinstance(acceptable, list):
-        return len(value) == len(acceptable) and all(_equal(v, a) for v, a in zip(value, acceptable))
+        return len(value) == len(acceptable) and all(_equal(v, a) for v, a in zip(value, acceptable, strict=False))
     if isinstance(value, dict) and isinstance(acceptable, dict):
         return _dict_error(value, acceptable) is None
     if type(value) in (int, float) and type(acceptable) in (int, float):

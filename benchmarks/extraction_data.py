@@ -21,8 +21,9 @@ import json
 import random
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 FULL_PER_DOMAIN = 60  # 5 domains: 300 documents
 

@@ -57,7 +57,7 @@ def _mlx_lm(model, prompt, gen_tokens):
     try:
         start = time.perf_counter()
         ttft = None
-        for response in stream_generate(model.network, wrapper, prompt, max_tokens=gen_tokens):
+        for response in stream_generate(model.network, wrapper, prompt, max_tokens=gen_tokens):  # noqa: B007 - the last one has the figures
             if ttft is None:
                 ttft = time.perf_counter() - start
     finally:
@@ -515,7 +515,8 @@ def format_guided_table(report: dict) -> str:
         ]
         lines += [
             "  ".join(
-                c.ljust(w) if i in (0, len(r) - 1) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+                c.ljust(w) if i in (0, len(r) - 1) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=False))
             ).rstrip()
             for r in rows
         ]

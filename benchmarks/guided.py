@@ -249,7 +249,7 @@ def _byte_decoder():
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {chr(c): b for b, c in zip(bs, cs, strict=False)}
 
 
 def outlines_vocabulary(hf, eos_id: int, vocab_name: str):
@@ -362,7 +362,7 @@ def bench_peer(peer: str, vocab_name: str, hf, info, eos_ids, jobs, schema_timeo
                 try:
                     kind, payload = out.get(timeout=min(schema_timeout if current is not None else 300, left))
                 except queue_mod.Empty:
-                    raise TimeoutError("schema")
+                    raise TimeoutError("schema") from None
                 if kind == "fatal":
                     fatal = payload
                     break
@@ -405,7 +405,7 @@ def _peer_summary(results, timeouts, errors, fatal, skipped_for_budget: int = 0)
         "per_token_us": {
             "fill": stats_us(fill),
             "accept": stats_us(accept),
-            "fill_accept": stats_us([a + b for a, b in zip(fill, accept)]),
+            "fill_accept": stats_us([a + b for a, b in zip(fill, accept, strict=False)]),
         },
         "error_examples": [f"{e['file']}: {e['error']}" for e in errors[:5]],
         "timeout_files": timeouts[:10],

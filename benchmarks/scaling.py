@@ -223,7 +223,7 @@ def plot(report: dict, path: Path) -> str:
     )
     fig, axs = plt.subplots(2, len(LABELS), figsize=(11, 6), squeeze=False)
     for j, (axis, label) in enumerate(LABELS.items()):
-        for color, (vocab, v) in zip(("C0", "C1", "C2"), report["vocabs"].items()):
+        for color, (vocab, v) in zip(("C0", "C1", "C2"), report["vocabs"].items(), strict=False):
             pts = v["points"].get(axis, [])
             xs = [p["x"] for p in pts]
             name = f"{vocab} ({v['vocab_size'] // 1000}k)"

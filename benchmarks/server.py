@@ -185,7 +185,7 @@ def run_level(base: str, bodies: list[dict], concurrency: int) -> dict:
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
     ttfts = sorted(r["ttft"] for r in results)
     valid = 0
-    for body, r in zip(bodies, results):
+    for body, r in zip(bodies, results, strict=False):
         if "response_format" in body:
             try:
                 import jsonschema

@@ -63,7 +63,7 @@ def pass_counts(result) -> dict:
 def pass_ms(width: int, table: dict = IDLE_CPU_MS) -> float:
     """Linear interpolation of `table` ({width: ms}) at `width` tokens; past the widest, its slope."""
     points = sorted(table.items())
-    for (w0, s0), (w1, s1) in zip(points, points[1:]):
+    for (w0, s0), (w1, s1) in zip(points, points[1:], strict=False):
         if width <= w1:
             return s0 + (s1 - s0) * (max(width, w0) - w0) / (w1 - w0)
     (w0, s0), (w1, s1) = points[-2:]

@@ -109,7 +109,7 @@ def bundle_remotes(schema, draft: str):
     schema = dict(schema)
     key = "definitions" if draft == "draft7" else "$defs"
     defs = dict(schema.get(key, {}))
-    for i, (url, doc) in enumerate(sorted(docs.items())):
+    for i, (_url, doc) in enumerate(sorted(docs.items())):
         defs[f"__remote{i}"] = doc
     schema[key] = defs
     return schema, len(docs)

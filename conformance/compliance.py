@@ -150,7 +150,7 @@ def run_compliance(
             if status == "compiled":
                 compile_times.append(seconds)
         generated = 0
-        for path, (status, _, _) in zip(files, statuses):
+        for path, (status, _, _) in zip(files, statuses, strict=False):
             if status != "compiled" or (gen_sample is not None and generated >= gen_sample):
                 continue
             schema = json.loads(path.read_text())

@@ -90,7 +90,7 @@ def run_case_group(schema, tests, info, hf, draft: str | None = None, full_nonst
         verdicts["lenient"] = [accepts(compiled["lenient"], t) if compiled["lenient"] else None for t in token_lists]
     # full_nonstrict=False (MaskBench, for time): only where a valid instance is rejected, so an invalid
     # instance that strict mode happens to reject is not counted as "changed by strict" there.
-    rejected = [not v for v, t in zip(verdicts["default"], tests) if full_nonstrict or t["valid"]]
+    rejected = [not v for v, t in zip(verdicts["default"], tests, strict=False) if full_nonstrict or t["valid"]]
     if comp["default"][0] == "compiled" and not any(rejected):
         comp["nonstrict"], verdicts["nonstrict"] = comp["default"], verdicts["default"]
     else:
@@ -124,7 +124,7 @@ def run_suite(info, hf, sample: int | None = None, drafts=("draft2020-12", "draf
         for group in groups[:sample] if sample else groups:
             r = run_case_group(group["schema"], group["tests"], info, hf, draft)
             base_group = base.get(group["description"], {})
-            for test, case in zip(group["tests"], r["cases"]):
+            for test, case in zip(group["tests"], r["cases"], strict=False):
                 case["description"] = test["description"]
                 llg = base_group.get(test["description"])
                 case["llguidance"] = LLG_MAP.get(llg) if llg else None

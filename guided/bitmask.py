@@ -66,7 +66,7 @@ class TokenBitmask:
         self.arrays = [mx.array(np.zeros((batch, self.words), np.int32)) for _ in range(buffers)]
         mx.eval(self.arrays)
         self.views = [np.asarray(a) for a in self.arrays]
-        for array, view in zip(self.arrays, self.views):
+        for array, view in zip(self.arrays, self.views, strict=False):
             view[0, 0] = -1
             if array[0, 0].item() != -1 or not view.flags.writeable:
                 raise RuntimeError("MLX did not expose a writable view of its buffer; cannot fill masks in place")

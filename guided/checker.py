@@ -129,7 +129,7 @@ class CheckPlan:
     def checked(self, path: tuple) -> bool:
         return any(_matches(p, path) for p in self.patterns)
 
-    def checker(self) -> "ValueChecker":
+    def checker(self) -> ValueChecker:
         return ValueChecker(self)
 
 

@@ -10,8 +10,9 @@ between threads and requests; each generation gets its own state from `generatio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -25,7 +25,7 @@ class GrammarMatcher:
     row, token i allowed iff bit i % 32 of word i // 32 is set (LSB first).
     """
 
-    def __init__(self, template: LLMatcher, tokenizer: "TokenizerInfo"):
+    def __init__(self, template: LLMatcher, tokenizer: TokenizerInfo):
         self._template = template  # the compiled grammar's start state, shared and never advanced
         self._m = template.deep_copy()
         self.tokenizer = tokenizer

@@ -12,8 +12,9 @@ name of the field at fault, taken from `Names`, never renamed afterwards.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from jinja2 import TemplateError
 

@@ -20,7 +20,8 @@ the grammar already writes the keys, so the rest is noise a small model copies i
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from guided.schema.pointer import resolve_local_ref
 from runtime.errors import InputError

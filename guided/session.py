@@ -8,7 +8,8 @@ fresh `guided.generation.Generation`. Sessions are not shared between threads; c
 
 from __future__ import annotations
 
-from typing import Iterator, cast
+from collections.abc import Iterator
+from typing import cast
 
 import mlx.core as mx
 

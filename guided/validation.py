@@ -37,8 +37,8 @@ def _hostname_labels_ok(instance) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
-def _format_checker(cls) -> "jsonschema.FormatChecker":
+@functools.cache
+def _format_checker(cls) -> jsonschema.FormatChecker:
     """The draft's format checker with a stricter `hostname` (see `_hostname_labels_ok`) and
     `idn-hostname` (`_no_trailing_separator`)."""
     # FormatChecker(names) would look the names up in the registry shared by all drafts, where "time"
@@ -85,7 +85,7 @@ def validator_class(schema) -> Any:
     return _extended(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _extended(cls) -> type:
     """`cls` with ECMA 262 patterns and exact numbers: `multipleOf` and the bounds compare decimals
     (`guided.schema.numbers`), and from draft 6 on (where 1.0 is an integer) "integer" means an
@@ -102,7 +102,7 @@ def _extended(cls) -> type:
 
 
 @functools.lru_cache(maxsize=1024)
-def _regex(pattern: str) -> "regex.Pattern":
+def _regex(pattern: str) -> regex.Pattern:
     return regex.compile(pattern)
 
 
@@ -115,7 +115,7 @@ def _pattern(validator, pattern, instance, schema):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-def validator_for(schema) -> "jsonschema.protocols.Validator":
+def validator_for(schema) -> jsonschema.protocols.Validator:
     """A `jsonschema` validator for `schema`: its draft's class, format assertions on (see
     `_format_checker`)."""
     cls = validator_class(schema)

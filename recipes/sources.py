@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -265,7 +266,9 @@ def _write_gguf_tokenizer(gguf, folder: Path) -> list[int]:
     # llama.cpp's padding entries ([PAD151665]...) are UNUSED tokens: make them special so that no
     # tokenizer or grammar engine ever treats them as text. Only ones already in the vocabulary
     # at their own id, so the vocabulary (and the logit width) does not grow.
-    unused = [t for i, (t, k) in enumerate(zip(tokens, types)) if k == UNUSED and backend.token_to_id(t) == i]
+    unused = [
+        t for i, (t, k) in enumerate(zip(tokens, types, strict=False)) if k == UNUSED and backend.token_to_id(t) == i
+    ]
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in unused])
 
     def token(key: str) -> str | None:
@@ -277,7 +280,7 @@ def _write_gguf_tokenizer(gguf, folder: Path) -> list[int]:
         for k in ("eos_token_id", "eot_token_id", "eom_token_id")
         if f"tokenizer.ggml.{k}" in md
     ]
-    eos_ids += [i for i, (t, k) in enumerate(zip(tokens, types)) if k == CONTROL and t in END_OF_TURN]
+    eos_ids += [i for i, (t, k) in enumerate(zip(tokens, types, strict=False)) if k == CONTROL and t in END_OF_TURN]
     eos_ids = sorted(set(int(i) for i in eos_ids))
     # llama.cpp adds BOS to SentencePiece ("llama") vocabularies unless the file says otherwise.
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", spec.get("tokenizer_type") == "llama"))

@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache

@@ -47,7 +47,10 @@ def setup_blas() -> str | None:
     if not sys.platform.startswith("linux"):
         return None
     if "mlx.core" in sys.modules:
-        warnings.warn("mlx.core was imported before runtime/coreai: the system OpenBLAS cannot be used in this process")
+        warnings.warn(
+            "mlx.core was imported before runtime/coreai: the system OpenBLAS cannot be used in this process",
+            stacklevel=2,
+        )
         return None
     override = os.environ.get("COREAI_OPENBLAS")
     if override == "0":
@@ -64,7 +67,8 @@ def setup_blas() -> str | None:
             return _blas
     warnings.warn(
         "no system OpenBLAS found: MLX falls back to its slow reference BLAS (about 10x slower). "
-        "Fix: apt-get install libopenblas0-pthread (Debian/Ubuntu), or set COREAI_OPENBLAS=/path/libopenblas.so.0"
+        "Fix: apt-get install libopenblas0-pthread (Debian/Ubuntu), or set COREAI_OPENBLAS=/path/libopenblas.so.0",
+        stacklevel=2,
     )
     return None
 

@@ -24,7 +24,7 @@ drafter and the filter gave, and the budget only shortens what it chose.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from runtime.draft_cost import DraftCostModel
 from runtime.strategy import Drafter

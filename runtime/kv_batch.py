@@ -106,7 +106,7 @@ class KVBatch:
             return
         assert self.cache is not None  # rows are active
         counts = [trims.get(s.rid, 0) for s in self.active]
-        for s, n in zip(self.active, counts):
+        for s, n in zip(self.active, counts, strict=False):
             del s.tokens[len(s.tokens) - n :]
         for c in self.cache:
             c.prepare(right_padding=counts)
@@ -191,7 +191,7 @@ class KVBatch:
         states: dict[tuple, int] = {}
         pick = [states.setdefault(_state(s), len(states)) for s in group]
         unique = [group[pick.index(k)] for k in range(len(states))]
-        merged = [type(layer[0]).merge(list(layer)) for layer in zip(*(s.cache for s in unique))]
+        merged = [type(layer[0]).merge(list(layer)) for layer in zip(*(s.cache for s in unique), strict=False)]
         chunks = [s.pending[:-1] for s in unique]
         lengths = [len(c) for c in chunks]
         width = max(lengths)
@@ -199,7 +199,7 @@ class KVBatch:
             padding = [width - n for n in lengths]
             for c in merged:
                 c.prepare(lengths=lengths, right_padding=padding)
-            self.network(mx.array([c + [0] * p for c, p in zip(chunks, padding)]), cache=merged)
+            self.network(mx.array([c + [0] * p for c, p in zip(chunks, padding, strict=False)]), cache=merged)
             for c in merged:
                 c.finalize()
             mx.eval([c.state for c in merged])
@@ -217,7 +217,7 @@ class KVBatch:
         if self.cache is None:
             self.cache = caches
         else:
-            for c, j in zip(self.cache, caches):
+            for c, j in zip(self.cache, caches, strict=False):
                 c.extend(j)
         for s in group:
             self.waiting.remove(s)
@@ -240,12 +240,12 @@ class KVBatch:
             assert self.cache is not None  # rows are active
             for c in self.cache:
                 c.prepare(lengths=lengths, right_padding=padding)
-        ids = mx.array([s.feed + [0] * p for s, p in zip(self.active, padding)])
+        ids = mx.array([s.feed + [0] * p for s, p in zip(self.active, padding, strict=False)])
         logits = self.network(ids, cache=self.cache)
         if any(padding):  # the padded tail moves to the left padding, masked from later passes
             assert self.cache is not None  # rows are active
             for c in self.cache:
                 c.finalize()
-        out = {s.rid: logits[i, n - s.rows : n] for i, (s, n) in enumerate(zip(self.active, lengths))}
+        out = {s.rid: logits[i, n - s.rows : n] for i, (s, n) in enumerate(zip(self.active, lengths, strict=False))}
         mx.async_eval(list(out.values()))
         return out

@@ -4,9 +4,10 @@ and `stream`."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator, cast
+from typing import cast
 
 import mlx.core as mx
 import mlx.nn as nn

@@ -20,7 +20,7 @@ class PromptCache:
         prompt token to prefill (its logits start decoding). Returns the number of reused tokens;
         0 means a fresh cache."""
         common = 0
-        for a, b in zip(self.tokens, prompt_ids):
+        for a, b in zip(self.tokens, prompt_ids, strict=False):
             if a != b:
                 break
             common += 1

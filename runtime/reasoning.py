@@ -41,7 +41,7 @@ def detect_markers(chat_template, hf_tokenizer=None) -> ReasoningMarkers | None:
     return next(iter(_mentioned(chat_template)), None)
 
 
-def detect_reasoning(chat_template, hf_tokenizer) -> "ReasoningTokens | None":
+def detect_reasoning(chat_template, hf_tokenizer) -> ReasoningTokens | None:
     """The token ids of the first known family that `chat_template` mentions and whose markers are
     single tokens of `hf_tokenizer`, else None."""
     for markers in _mentioned(chat_template):
@@ -133,7 +133,7 @@ class ReasoningTokens:
     separator: tuple[int, ...]
 
     @classmethod
-    def of(cls, markers: ReasoningMarkers, hf_tokenizer) -> "ReasoningTokens":
+    def of(cls, markers: ReasoningMarkers, hf_tokenizer) -> ReasoningTokens:
         """Raises ValueError when a marker is not in the vocabulary as one token (a family this
         tokenizer does not speak)."""
         ids = [

@@ -184,7 +184,7 @@ class DraftModel:
         if n < 1:
             return []
         common = 0
-        for a, b in zip(self.tokens, context):
+        for a, b in zip(self.tokens, context, strict=False):
             if a != b:
                 break
             common += 1

@@ -45,7 +45,7 @@ class StepPlan:
         return asdict(self)
 
     @classmethod
-    def decode(cls, data: dict) -> "StepPlan":
+    def decode(cls, data: dict) -> StepPlan:
         """The plan `encode` gave (tuples come back as lists, which is all the KV layer needs)."""
         return cls(**data)
 

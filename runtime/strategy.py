@@ -17,8 +17,9 @@ iteration; draft tokens the next step rejects are trimmed from the KV cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import mlx.core as mx
 

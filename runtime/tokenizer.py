@@ -196,7 +196,7 @@ class Tokenizer:
         encoding = self._backend.encode(text, add_special_tokens=False)
         ids: list[int] = []
         at, pending = 0, []
-        for token_id, (start, end) in zip(encoding.ids, encoding.offsets):
+        for token_id, (start, end) in zip(encoding.ids, encoding.offsets, strict=False):
             if token_id not in self.special_ids:
                 pending.append(token_id)
                 continue

@@ -109,7 +109,7 @@ def test_speculative_cases_match_the_demo():
     from benchmarks.guided import SPECULATIVE_CASES, speculative_cases
     from coreai.commands.demo import FLY_TO, INSTRUCTION, SYSTEM
 
-    cases = dict(zip(SPECULATIVE_CASES, speculative_cases()))
+    cases = dict(zip(SPECULATIVE_CASES, speculative_cases(), strict=False))
     messages, schema, _ = cases["fly_to"]
     assert schema == FLY_TO and messages == [
         {"role": "system", "content": SYSTEM},

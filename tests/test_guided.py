@@ -375,7 +375,7 @@ def test_bitmask_buffers_filled_in_place(info, toy):
         assert np.array_equal(np.array(out), reference)
         assert np.asarray(out).ctypes.data == bm.addresses[bm.index]
         assert m.accept_token(token)
-    assert bm.addresses == addresses and all(x is y for x, y in zip(bm.arrays, arrays))
+    assert bm.addresses == addresses and all(x is y for x, y in zip(bm.arrays, arrays, strict=False))
 
 
 def test_apply_bit_order_lsb_first():

@@ -67,7 +67,7 @@ def whitespace_runs(draw):
     so both sides of the bounds (2 breaks, 64 spaces/tabs per segment) are reached often."""
     breaks = draw(st.lists(BREAK, max_size=3))
     segments = [draw(SEGMENT) for _ in range(len(breaks) + 1)]
-    return "".join(s + b for s, b in zip(segments, breaks + [""]))
+    return "".join(s + b for s, b in zip(segments, breaks + [""], strict=False))
 
 
 def within_bounds(run: str) -> bool:

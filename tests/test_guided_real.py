@@ -123,7 +123,7 @@ def test_random_logits_at_qwen_width(qwen_info, qwen_tokenizer, dtype):
     }
     compiled = compile_grammar(make_spec(schema=schema), qwen_info)
     rng = np.random.default_rng(0)
-    for seed in range(2):
+    for _seed in range(2):
         strategy = ConstrainedDecodingStrategy(compiled, SamplingParams(temperature=1.0))
         strategy.begin([1])
         tokens = []

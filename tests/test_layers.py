@@ -93,7 +93,8 @@ def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
         edges = graph.setdefault(module, set())
         here = module.split(".") if is_package else module.split(".")[:-1]
 
-        def visit(node: ast.AST) -> None:
+        # The loop's values bound now: `visit` runs within this iteration only.
+        def visit(node: ast.AST, here=here, module=module, edges=edges) -> None:
             if isinstance(node, ast.If) and _type_checking_only(node):
                 for child in node.orelse:
                     visit(child)

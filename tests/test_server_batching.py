@@ -93,7 +93,7 @@ def test_concurrent_requests_equal_one_at_a_time(qwen_model):
             together = list(pool.map(lambda r: create(base, *r), REQUESTS))
             dropped.result()
         after = create(base, *REQUESTS[3])  # the batch is usable after the cancelled row left
-    for (messages, extra), a, t in zip(REQUESTS, alone, together):
+    for (messages, extra), a, t in zip(REQUESTS, alone, together, strict=False):
         check_valid(a, extra)
         assert (t.message.content, t.finish_reason) == (a.message.content, a.finish_reason), messages
     assert alone[5].finish_reason == "stop" and "Four" not in alone[5].message.content, alone[5].message.content

@@ -12,8 +12,8 @@ HEAVY = ("jsonschema", "rfc3987_syntax")
 
 
 def test_import_coreai_does_not_import_jsonschema():
-    code = "import sys, json, coreai; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" % (
-        HEAVY,
+    code = (
+        f"import sys, json, coreai; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert json.loads(out) == []

@@ -187,7 +187,7 @@ def _forced(session, text: str):
     accepted = matcher.accept_tokens(ids) and matcher.is_accepting()
     calls, labels = track(session, ids)
     hf = session.model.tokenizer.hf
-    parts = [(label, hf.decode([t])) for t, label in zip(ids, labels)]
+    parts = [(label, hf.decode([t])) for t, label in zip(ids, labels, strict=False)]
     stream = CallStream(session.tools)
     events = stream.feed(parts) + stream.finish(calls)
     for call in calls:  # what every forced call must satisfy
@@ -581,7 +581,7 @@ def _streamed(session, ids: list[int]) -> list[tuple[str | None, str]]:
     streaming detokenizer's segments, which hold back a character cut between tokens."""
     _, labels = track(session, ids)
     detok, parts = session.model.tokenizer.detokenizer(), []
-    for token, label in zip(ids, labels):
+    for token, label in zip(ids, labels, strict=False):
         detok.add_token(token)
         parts.append((label, detok.last_segment))
     detok.finalize()

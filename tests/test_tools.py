@@ -112,7 +112,7 @@ def test_auto_fenced_call_is_held_then_relabelled(tiny_model):
     assert holds[0] > 0 and holds[-1] == 0
 
     def text(label):
-        return b"".join(ll.decode_bytes([t]) for t, lab in zip(ids, labels) if lab == label).decode()
+        return b"".join(ll.decode_bytes([t]) for t, lab in zip(ids, labels, strict=False) if lab == label).decode()
 
     assert text("markup").startswith("```json") and text("call:0").strip().startswith('{"name": "search"')
     calls, _ = tracker.result(len(ids))

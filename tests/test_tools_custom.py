@@ -112,7 +112,7 @@ def test_written_calls_read_back_unescaped_and_stream_exactly(tiny_model, tool, 
     assert [(c.kind, c.name, c.input) for c in calls] == [("custom", name, value)]
     # Token by token, as streamed: the fragments join to exactly the input.
     stream = CallStream(session.tools)
-    pieces = [(label, tiny_model.tokenizer.hf.decode([t])) for t, label in zip(ids, labels)]
+    pieces = [(label, tiny_model.tokenizer.hf.decode([t])) for t, label in zip(ids, labels, strict=False)]
     events = [e for p in pieces for e in stream.feed([p])] + stream.finish(calls)
     assert "".join(e[2] for e in events if e[0] == "args") == value
 

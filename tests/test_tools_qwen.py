@@ -69,7 +69,9 @@ def test_markup_inside_an_argument_forced(qwen_model):
     assert [(c.name, c.args) for c in calls] == [("search", {"query": QUERY})]
     assert None not in labels  # nothing of it is content
     stream = CallStream()  # the streamed fragments: the whole argument, markup and all
-    events = stream.feed([(label, ll.decode_str([t])) for t, label in zip(ids, labels)]) + stream.finish(calls)
+    events = stream.feed([(label, ll.decode_str([t])) for t, label in zip(ids, labels, strict=False)]) + stream.finish(
+        calls
+    )
     assert "".join(e[2] for e in events if e[0] == "args") == calls[0].arguments == json.dumps({"query": QUERY})
 
 

@@ -233,7 +233,7 @@ def print_enforcement(outcome, result) -> None:
 
     rows = summary(outcome.enforcement)
     by_grammar = sum(n for _, how, n, _ in rows if how == GRAMMAR)
-    for keyword, how, n, pointers in rows:
+    for keyword, how, _n, pointers in rows:
         if how != GRAMMAR:
             print(f"[{keyword}: {how} at {', '.join(pointers)}]", file=sys.stderr)
     if rows:

@@ -101,15 +101,17 @@ def _resolve(args):
         entry = store.get(name)
         return store.assemble_gguf(entry, args.cache_dir), None, entry
     if name in PRESETS:
-        preset = PRESETS[name]
+        named = PRESETS[name]
         if args.from_path:
             if not Path(args.from_path).exists():
                 raise FileNotFoundError(f"{args.from_path}: no such file or folder (--from)")
-            return args.from_path, preset, None
-        return hub.fetch(preset.hf_id, preset.gated), preset, None
+            return args.from_path, named, None
+        if named.hf_id is None:
+            raise FileNotFoundError(f"{name}: this preset has no Hugging Face repo; give its files with --from")
+        return hub.fetch(named.hf_id, named.gated), named, None
     if hub.is_repo_id(name):
-        preset = for_hf_id(name)
-        return hub.fetch(name, bool(preset and preset.gated)), preset, None
+        found = for_hf_id(name)
+        return hub.fetch(name, bool(found and found.gated)), found, None
     known = ", ".join([*PRESETS, *store.REGISTRY])
     raise FileNotFoundError(f"{name}: no such file or folder, not a repo id, and not a preset (known: {known})")
 

@@ -8,7 +8,7 @@ from coreai import store
 def register(sub) -> None:
     p = sub.add_parser("models", help="list, locate, pull (export) or remove registry models")
     p.add_argument("action", choices=("list", "path", "pull", "rm"))
-    p.add_argument("name", nargs="?", help="registry name (default for path/pull: %s)" % store.DEFAULT_MODEL)
+    p.add_argument("name", nargs="?", help=f"registry name (default for path/pull: {store.DEFAULT_MODEL})")
     p.add_argument("--cache-dir", help="cache root (default: $COREAI_HOME or ~/.cache/coreai)")
     p.set_defaults(func=run)
 

@@ -8,7 +8,7 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import uvicorn
 from fastapi.concurrency import run_in_threadpool
@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from coreai.server.app import ServerConfig, create_app
 from guided import GrammarCache
 
-GRACE_AFTER_DRAIN = 30.0  # seconds for responses to finish writing once their generations ended
+GRACE_AFTER_DRAIN = 30  # seconds for responses to finish writing once their generations ended
 # Seconds one exchange between the ranks may take once a distributed rank 0 stops (`Leader.stopping`):
 # a step longer than that then counts as the cluster lost (503, exit code 3).
 STOPPING_RANK_TIMEOUT = 5.0

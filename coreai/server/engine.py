@@ -78,7 +78,7 @@ class GenerationParams:
     reasoning: ReasoningPlan | None = None
     provenance: bool = False  # the request's `token_provenance`: pieces carry each token's origin
 
-    def choices(self, n: int) -> list["GenerationParams"]:
+    def choices(self, n: int) -> list[GenerationParams]:
         """The generations of a request's `n` choices: choice i is seeded `seed + i` (mod 2**64), so
         seeded choices differ from each other and repeat from request to request; they share the
         constraint (each row gets its own generation and bitmask, see `Engine.start`)."""
@@ -160,7 +160,7 @@ class Engine:
         job, p = row.tag, row.tag.params
         logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
         generation = self._generations.get(job)
-        provenance = list(zip(delta.token_ids, delta.origins)) if p.provenance else None
+        provenance = list(zip(delta.token_ids, delta.origins, strict=False)) if p.provenance else None
         if delta.text or logprobs or provenance:  # with tools, the ids of the calls streamed so far
             call_ids = generation.call_ids if generation is not None else ()
             job.put(Piece(delta.text, logprobs, delta.parts, call_ids, provenance))
@@ -190,7 +190,7 @@ def _token_logprobs(token_ids: list[int], rows: list[mx.array | None], k: int) -
     """Per-token entries of one delta. rows: per token, the distribution it was drawn from
     (mx.array [vocab] float32), or None for a token the grammar forced (jump-forward): logprob 0.0."""
     out = []
-    for t, row in zip(token_ids, rows):
+    for t, row in zip(token_ids, rows, strict=False):
         if row is None:
             out.append(TokenLogprob(t, 0.0, [(t, 0.0)] if k else []))
             continue
@@ -200,7 +200,7 @@ def _token_logprobs(token_ids: list[int], rows: list[mx.array | None], k: int) -
             values = row[top]
             mx.eval(values, top)
             ids, logprobs = cast(list[int], top.tolist()), cast(list[float], values.tolist())  # 1-D arrays
-            pairs = sorted(zip(ids, logprobs), key=lambda x: -x[1])
+            pairs = sorted(zip(ids, logprobs, strict=False), key=lambda x: -x[1])
             top_pairs = [(i, v) for i, v in pairs if v != float("-inf")]  # masked-out tokens are no alternative
         out.append(TokenLogprob(t, cast(float, row[t].item()), top_pairs))
     return out

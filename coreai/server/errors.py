@@ -9,7 +9,7 @@ wrong API key; 404 unknown model or route; 413 oversized body; 429 full queue (w
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError

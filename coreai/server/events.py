@@ -16,8 +16,9 @@ since the last such event (a piece whose text is all reasoning, or held back, pa
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, cast
+from typing import cast
 
 from coreai.server.engine import Piece, TokenLogprob
 from coreai.server.queue import Job

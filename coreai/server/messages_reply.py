@@ -20,7 +20,7 @@ usage) and `message_stop`. A server fault mid-stream is an `error` event.
 from __future__ import annotations
 
 import uuid
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from coreai.server.events import (
     CallArguments,

@@ -12,7 +12,7 @@ are refused the same way. Replies and stream events are plain dicts (`coreai.ser
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
@@ -66,7 +66,7 @@ class OtherBlock(Request):
     ]
 
 
-ResultPart = Annotated[Union[TextBlock, OtherBlock], Field(discriminator="type")]
+ResultPart = Annotated[TextBlock | OtherBlock, Field(discriminator="type")]
 
 
 class ToolResultBlock(Request):
@@ -93,7 +93,7 @@ class RedactedThinkingBlock(Request):
 
 
 Block = Annotated[
-    Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, OtherBlock],
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | OtherBlock,
     Field(discriminator="type"),
 ]
 
@@ -129,9 +129,7 @@ def _tool_kind(value) -> str:
     return "custom" if kind in (None, "custom") else "server"
 
 
-ToolUnion = Annotated[
-    Union[Annotated[Tool, Tag("custom")], Annotated[ServerTool, Tag("server")]], Discriminator(_tool_kind)
-]
+ToolUnion = Annotated[Annotated[Tool, Tag("custom")] | Annotated[ServerTool, Tag("server")], Discriminator(_tool_kind)]
 
 
 class ToolChoice(Request):
@@ -158,7 +156,7 @@ class ThinkingDisabled(Request):
     type: Literal["disabled"]
 
 
-Thinking = Annotated[Union[ThinkingEnabled, ThinkingAdaptive, ThinkingDisabled], Field(discriminator="type")]
+Thinking = Annotated[ThinkingEnabled | ThinkingAdaptive | ThinkingDisabled, Field(discriminator="type")]
 
 
 class JsonOutputFormat(Request):

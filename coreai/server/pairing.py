@@ -4,8 +4,10 @@ message at fault in each front end's own terms."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
-def tool_pairing_error(turns: list[tuple[str, list[str], str | None]]) -> tuple[int, str, str] | None:
+
+def tool_pairing_error(turns: Sequence[tuple[str, list[str], str | None]]) -> tuple[int, str, str] | None:
     """The tool-call pairing OpenAI checks (its messages, with the spelling fixed), both ways: a tool
     message answers a call of the assistant message before it (other tool messages between them),
     else the template would render a result the model never asked for; and every call of an

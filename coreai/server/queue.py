@@ -26,7 +26,8 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 log = logging.getLogger("coreai.server")
 
@@ -55,9 +56,9 @@ class Batch(Protocol):
 
     def __len__(self) -> int: ...
 
-    def start(self, job: "Job") -> None: ...
+    def start(self, job: Job) -> None: ...
 
-    def step(self) -> list["Job"]: ...
+    def step(self) -> list[Job]: ...
 
 
 class Job:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import AsyncIterator, cast
+from collections.abc import AsyncIterator
+from typing import cast
 
 from coreai.server import reply_schemas as o
 from coreai.server import schemas as s

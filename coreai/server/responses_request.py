@@ -6,7 +6,7 @@ Responses parameters: `input`, `input[i].arguments`, `text.format`, `tools[i].pa
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from coreai.server import responses_schemas as r
 from coreai.server.constraints import structured_options

@@ -13,7 +13,7 @@ plain dicts in `coreai.server.responses_stream`.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -50,7 +50,7 @@ class OutputText(Request):
     logprobs: list[Any] | None = None
 
 
-Part = Annotated[Union[InputText, OutputText], Field(discriminator="type")]
+Part = Annotated[InputText | OutputText, Field(discriminator="type")]
 
 
 class MessageItem(Request):
@@ -126,14 +126,12 @@ def _item_tag(value) -> str | None:
 
 
 InputItem = Annotated[
-    Union[
-        Annotated[MessageItem, Tag("Message")],
-        Annotated[FunctionCallItem, Tag("FunctionCall")],
-        Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")],
-        Annotated[ReasoningItem, Tag("Reasoning")],
-        Annotated[CustomToolCallItem, Tag("Custom")],
-        Annotated[CustomToolCallOutputItem, Tag("CustomOutput")],
-    ],
+    Annotated[MessageItem, Tag("Message")]
+    | Annotated[FunctionCallItem, Tag("FunctionCall")]
+    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
+    | Annotated[ReasoningItem, Tag("Reasoning")]
+    | Annotated[CustomToolCallItem, Tag("Custom")]
+    | Annotated[CustomToolCallOutputItem, Tag("CustomOutput")],
     Discriminator(
         _item_tag,
         custom_error_type="invalid_item",
@@ -173,10 +171,10 @@ class CustomTool(Request):
     type: Literal["custom"]
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
-    format: Annotated[Union[TextInput, GrammarInput], Field(discriminator="type")] = TextInput(type="text")
+    format: Annotated[TextInput | GrammarInput, Field(discriminator="type")] = TextInput(type="text")
 
 
-AnyTool = Annotated[Union[FunctionTool, CustomTool], Field(discriminator="type")]
+AnyTool = Annotated[FunctionTool | CustomTool, Field(discriminator="type")]
 
 
 class FunctionChoice(Request):
@@ -206,9 +204,9 @@ class TextFormatJsonSchema(Request):
 
 
 class TextConfig(Request):
-    format: Annotated[
-        Union[TextFormatText, TextFormatJsonObject, TextFormatJsonSchema], Field(discriminator="type")
-    ] = TextFormatText(type="text")
+    format: Annotated[TextFormatText | TextFormatJsonObject | TextFormatJsonSchema, Field(discriminator="type")] = (
+        TextFormatText(type="text")
+    )
 
 
 class ReasoningConfig(Request):
@@ -231,7 +229,7 @@ class ResponseCreateRequest(Body):
     tools: list[AnyTool] | None = None
     tool_choice: (
         Literal["none", "auto", "required"]
-        | Annotated[Union[FunctionChoice, CustomChoice], Field(discriminator="type")]
+        | Annotated[FunctionChoice | CustomChoice, Field(discriminator="type")]
         | None
     ) = None
     parallel_tool_calls: bool = True
@@ -325,7 +323,7 @@ class OutputCustomToolCall(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
-OutputItem = Union[OutputMessage, OutputFunctionCall, OutputCustomToolCall, OutputReasoning]
+OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning
 
 
 class InputTokensDetails(BaseModel):

@@ -16,7 +16,7 @@ of the items streamed. A server fault mid-stream is an `error` event.
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from coreai.server import responses_schemas as r
 from coreai.server.events import (

@@ -12,7 +12,7 @@ are `top_k`, `min_p`, `repetition_penalty` and vLLM's `structured_outputs` (`jso
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Strict, Tag, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -84,7 +84,7 @@ class TextPart(Request):
     text: str
 
 
-Content = Union[str, list[Annotated[TextPart, Field(discriminator="type")]]]
+Content = str | list[Annotated[TextPart, Field(discriminator="type")]]
 
 
 class FunctionCall(Request):
@@ -117,7 +117,7 @@ def _call_tag(value) -> str:
 
 
 AnyToolCall = Annotated[
-    Union[Annotated[ToolCall, Tag("Function")], Annotated[CustomToolCall, Tag("Custom")]], Discriminator(_call_tag)
+    Annotated[ToolCall, Tag("Function")] | Annotated[CustomToolCall, Tag("Custom")], Discriminator(_call_tag)
 ]
 
 
@@ -147,7 +147,7 @@ class ToolMessage(Request):
     tool_call_id: str
 
 
-Message = Annotated[Union[SystemMessage, UserMessage, AssistantMessage, ToolMessage], Field(discriminator="role")]
+Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
 
 # ---- tools and structured output ------------------------------------------------------------------
@@ -182,7 +182,7 @@ class GrammarInput(Request):
 class CustomDefinition(Request):
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
-    format: Annotated[Union[TextInput, GrammarInput], Field(discriminator="type")] = TextInput(type="text")
+    format: Annotated[TextInput | GrammarInput, Field(discriminator="type")] = TextInput(type="text")
 
 
 class CustomTool(Request):
@@ -236,7 +236,7 @@ class JsonSchemaFormat(Request):
     json_schema: JsonSchemaSpec
 
 
-ResponseFormat = Annotated[Union[TextFormat, JsonObjectFormat, JsonSchemaFormat], Field(discriminator="type")]
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")]
 
 
 class StructuredOutputs(Request):
@@ -325,10 +325,10 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None
-    tools: list[Annotated[Union[Tool, CustomTool], Field(discriminator="type")]] | None = None
+    tools: list[Annotated[Tool | CustomTool, Field(discriminator="type")]] | None = None
     tool_choice: (
         Literal["none", "auto", "required"]
-        | Annotated[Union[NamedToolChoice, NamedCustomChoice], Field(discriminator="type")]
+        | Annotated[NamedToolChoice | NamedCustomChoice, Field(discriminator="type")]
         | None
     ) = None
     parallel_tool_calls: bool = True

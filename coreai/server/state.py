@@ -75,7 +75,7 @@ class ServerState:
     responses: ResponseStore = field(default_factory=ResponseStore, init=False)  # the Responses API's store
 
     @classmethod
-    def build(cls, model: Model, config: ServerConfig, grammar_cache: GrammarCache | None = None) -> "ServerState":
+    def build(cls, model: Model, config: ServerConfig, grammar_cache: GrammarCache | None = None) -> ServerState:
         """The state of a server for `model` (builds the grammar engine's view of the tokenizer: a few
         seconds, once per tokenizer per process); nothing runs until `start`."""
         name = config.model_name or model.name

@@ -7,7 +7,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import AsyncIterator, Callable, cast
+from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 from fastapi import Request
 

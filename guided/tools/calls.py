@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from guided.matcher import GrammarMatcher
 from guided.tools.constraint import ANSWER_JSON, ToolConstraint
@@ -221,7 +221,7 @@ class CallTracker:
     def result(self, kept: int) -> tuple[list[ToolCall], str | None]:
         """The calls (and generic text answer) among the first `kept` answer tokens (the output may
         have been cut after the strategy saw it: max_tokens, a stop string)."""
-        captures = [c for c, end in zip(self.shadow.captures(), self.ends) if end <= kept]
+        captures = [c for c, end in zip(self.shadow.captures(), self.ends, strict=False) if end <= kept]
         return calls_from_captures(captures, self.tools, self.call_id)
 
 

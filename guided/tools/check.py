@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 from guided.cache import GrammarCache
 from guided.checker import CheckPlan, ValueChecker, Violation
