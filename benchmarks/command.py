@@ -68,7 +68,7 @@ def run(args) -> int:
     status = 0
     if args.guided or speculative:
         if schema is not None:
-            from guided import ConstrainedSession
+            from coreai import ConstrainedSession
 
             ConstrainedSession(model, schema=schema)  # an invalid or unenforceable schema fails here, before any timing
         report = run_guided_bench(model, [(prompt, schema)], args.gen_tokens, args.runs, speculative=speculative)

@@ -198,7 +198,8 @@ def _unconstrained(model, prompt_ids, schema, max_tokens, speculative=None) -> d
 
 
 def _constrained(model, prompt_ids, schema, max_tokens, jump_forward: bool, speculative=None) -> dict:
-    from guided import ConstrainedSession, GrammarCache
+    from coreai import ConstrainedSession
+    from guided import GrammarCache
     from guided.spec import json_spec
 
     json_spec.cache_clear()  # make_spec memoizes schema -> spec; cold means both that and the grammar

@@ -40,8 +40,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from benchmarks.extraction_data import DOMAINS
+    from coreai import ConstrainedSession
     from coreai.api import load
-    from guided import ConstrainedSession
     from guided.prompt import describe_in_prompt
     from guided.schema_prompt import SCHEMA_HINT_BUDGET, SCHEMA_PROMPT_STYLE, describe_schema
 

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 import coreai
 from benchmarks.extraction_data import DOMAINS, FULL_PER_DOMAIN, Domain, Example, examples, score
 from conformance.common import REPO, machine, md_table
-from guided import ConstrainedSession, check_json
+from coreai import ConstrainedSession
+from guided import check_json
 from guided.schema_prompt import SCHEMA_IN_PROMPT, SCHEMA_PROMPT_STYLE, describe_schema, with_schema_description
 from guided.spec import DEFAULT_WHITESPACE
 

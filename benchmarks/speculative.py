@@ -105,7 +105,8 @@ def step_split(model, messages, schema, max_tokens: int) -> dict:
     Returns a JSON-ready dict: parts {name: {seconds, ms_per_step, share}}, median_ms_per_step
     {name: ms}, steps, the draft lengths and feed widths per step, mask fills per draft position
     (ms, mean), the output's counters and validity."""
-    from guided import ConstrainedSession, check_json
+    from coreai import ConstrainedSession
+    from guided import check_json
     from runtime import PromptCache, make_drafter
     from runtime.sequence import Sequence
 

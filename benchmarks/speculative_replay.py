@@ -1,6 +1,6 @@
 """Offline replay of speculative decoding (issue 29): a drafter scored on stored greedy outputs, no model.
 
-The real guided strategy (`guided.ConstrainedSession.strategy`: the grammar, its draft cut and
+The real guided strategy (`coreai.ConstrainedSession.strategy`: the grammar, its draft cut and
 jump-forward tokens, verification) and the real loop bookkeeping (`runtime.sequence.Sequence`) run
 as in `runtime.generate._generate`, but the forward pass is replaced by logits that put the stored
 output's next token on top at every position (one-hot rows: row j says what the target would emit
@@ -153,7 +153,7 @@ def replay(model, messages, schema, target: list[int], drafter, policy: str = "c
     `model`: a `runtime.Model` (its network is not used: None will do).
     Returns {tokens, passes, tokens_per_pass, drafted, accepted, identical, draft_lengths}.
     Raises ValueError for an unknown policy."""
-    from guided import ConstrainedSession
+    from coreai import ConstrainedSession
     from runtime.sampling import SamplingStrategy
     from runtime.sequence import Sequence
 
@@ -220,7 +220,7 @@ def real_run(model, messages, schema, max_tokens: int, drafter) -> dict:
     speculation), through `runtime.stream_tokens` and the session's strategy. Returns the counters
     (no timing: tokens per pass and acceptance do not depend on the machine's load but through the
     cost model's choices) and the output token ids."""
-    from guided import ConstrainedSession
+    from coreai import ConstrainedSession
     from runtime import stream_tokens
 
     session = ConstrainedSession(model, schema=schema)

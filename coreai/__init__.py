@@ -6,7 +6,7 @@ The system BLAS is set up by `runtime` before anything imports `mlx.core` (see `
 
 from runtime.blas import setup_blas
 from coreai.api import load
-from guided import ConstrainedSession
+from coreai.session import ConstrainedSession
 
 __all__ = ["ConstrainedSession", "load", "setup_blas"]
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ this module re-exports them all, and the server maps each to an OpenAI error obj
 
 from __future__ import annotations
 
-from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
+from guided import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from recipes.errors import ExportError, SourceError
 from runtime.errors import ClusterLost, CoreAIError, InputError, ModelNotFound, ParameterError
 

@@ -1,20 +1,24 @@
 """Guided (grammar-constrained) generation: JSON Schema, regex, choices, Lark and GBNF compiled with
 llguidance, token bitmasks filled in place in MLX memory, and a decoding strategy with jump-forward,
-rollback and EOS gating. `ConstrainedSession` is the entry point; underneath it a `Constraint` is
-compiled once and shared, each generation is a `Generation`, and its meaning an `Outcome`."""
+rollback and EOS gating, in the shape of xgrammar and llguidance: a schema or grammar is compiled
+into a `Constraint` (once, shared), each generation under it is a `Generation` (matcher, bitmask,
+strategy, verdict), and its meaning an `Outcome`. No API vocabulary lives here: requests, jobs and
+`coreai.ConstrainedSession` are `coreai`'s."""
 
 import runtime  # noqa: F401 - first: sets up the system BLAS before mlx.core loads (runtime.blas)
 from guided.bitmask import TokenBitmask, apply_token_bitmask
 from guided.cache import CacheStats, GrammarCache, default_cache
 from guided.compiler import CompiledGrammar, GrammarBackend, LLGuidanceBackend, NotEnforced, compile_grammar
 from guided.constraint import Constraint
+from guided.enforcement import GRAMMAR, KeywordEnforcement, enforcement, summary
 from guided.errors import GrammarError, SchemaError, UnsatisfiableSchema, UnsupportedSchemaFeature
 from guided.generation import Generation
+from guided.journal import GrammarJournal
 from guided.matcher import GrammarMatcher
 from guided.outcome import Outcome, free_outcome
+from guided.prompt import describe_in_prompt, render_prompt
 from guided.result import GuidedResult
-from guided.session import ConstrainedSession
-from guided.spec import GrammarSpec, make_spec
+from guided.spec import DEFAULT_WHITESPACE, WHITESPACES, GrammarSpec, make_spec
 from guided.strategy import ConstrainedDecodingStrategy, GuidedStats
 from guided.tokenizer_info import TokenizerInfo, build_tokenizer_info, get_tokenizer_info
 from guided.validation import check_json
@@ -23,16 +27,19 @@ __all__ = [
     "CacheStats",
     "CompiledGrammar",
     "ConstrainedDecodingStrategy",
-    "ConstrainedSession",
     "Constraint",
+    "DEFAULT_WHITESPACE",
+    "GRAMMAR",
     "Generation",
     "GrammarBackend",
     "GrammarCache",
     "GrammarError",
+    "GrammarJournal",
     "GrammarMatcher",
     "GrammarSpec",
     "GuidedResult",
     "GuidedStats",
+    "KeywordEnforcement",
     "LLGuidanceBackend",
     "NotEnforced",
     "Outcome",
@@ -41,12 +48,17 @@ __all__ = [
     "TokenizerInfo",
     "UnsatisfiableSchema",
     "UnsupportedSchemaFeature",
+    "WHITESPACES",
     "apply_token_bitmask",
     "build_tokenizer_info",
     "check_json",
     "compile_grammar",
     "default_cache",
+    "describe_in_prompt",
+    "enforcement",
     "free_outcome",
     "get_tokenizer_info",
     "make_spec",
+    "render_prompt",
+    "summary",
 ]

@@ -4,8 +4,9 @@ Everything here is fixed when the constraint is built and never changes after (t
 draws between a compiled grammar and a matcher): the spec, the compiled grammar, the tool
 constraint with its call plans, the answer format beside tools, the final check, the reasoning
 markers and budget, and the decoding options every generation under it uses. It is safe to share
-between threads and requests; each generation gets its own state from `generation()`
-(`guided.generation.Generation`: strategy, matcher, call tracker, checker, verdict).
+between threads and requests; each generation gets its own state, a `guided.generation.Generation`
+of it (strategy, matcher, call tracker, checker, verdict), which knows the constraint and not the
+other way round.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from guided.bitmask import TokenBitmask
 from guided.cache import GrammarCache, default_cache
 from guided.enforcement import ROLLBACK, KeywordEnforcement, enforcement
 from guided.errors import GrammarError
-from guided.generation import Generation
 from guided.schema.pointer import parse_pointer, pointer
 from guided.schema_prompt import SCHEMA_HINT_BUDGET, SCHEMA_IN_PROMPT
 from guided.spec import JSON_KINDS, make_spec
@@ -31,7 +30,6 @@ from guided.tools.check import CallChecker, call_plans
 from guided.tools.constraint import ToolConstraint, tool_constraint
 from runtime.errors import ParameterError
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens, plan_reasoning
-from runtime.sampling import SamplingParams
 
 
 class Constraint:
@@ -76,8 +74,8 @@ class Constraint:
         tokens at most; a longer one says large enums by their size and a few members, then leaves
         the last keys to the grammar (which enforces all of them either way).
 
-    It is immutable once built and shared between threads; `generation()` gives each generation
-    its own state.
+    It is immutable once built and shared between threads; each generation gets its own state,
+    `guided.Generation(constraint, ...)`.
 
     Raises SchemaError (pointer), UnsupportedSchemaFeature (keyword, pointer), GrammarError (also
     for a constraint that admits only the empty output), ParameterError (bad options).
@@ -218,15 +216,3 @@ class Constraint:
             return None
         assert self.tools is not None  # call plans exist only with tools
         return CallChecker(self.call_plans, tracker, generic=self.tools.fmt == "generic")
-
-    def generation(
-        self,
-        sampling: SamplingParams | None = None,
-        logprobs: bool = False,
-        reasoning: ReasoningPlan | None = None,
-        bitmask: TokenBitmask | None = None,
-    ) -> Generation:
-        """The state of one generation under this constraint (`guided.generation.Generation`);
-        `reasoning`: its plan (`plan()`), None for no reasoning block; `bitmask`: buffers to fill
-        (None: its own), which serve one generation at a time."""
-        return Generation(self, sampling, logprobs, reasoning, bitmask)

@@ -32,8 +32,8 @@ import math
 import numbers
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
@@ -118,6 +118,15 @@ class SamplingParams:
             frequency_penalty=self.frequency_penalty or None,
             frequency_context_size=n,
         )
+
+
+def given_sampling(source: Any) -> dict[str, Any]:
+    """The `SamplingParams` fields that `source` (a request body, parsed command-line flags, keyword
+    arguments as a dict) gives, by name: its attributes (or keys) of those names that are not None.
+    The field names are declared once, on `SamplingParams`; what a front end leaves out takes the
+    defaults of whoever builds the params (`coreai.service.prepare`)."""
+    get = source.get if isinstance(source, dict) else lambda name: getattr(source, name, None)
+    return {f.name: value for f in fields(SamplingParams) if (value := get(f.name)) is not None}
 
 
 class TokenSampler:

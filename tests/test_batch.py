@@ -10,7 +10,7 @@ import pytest
 from mlx_lm.models.cache import LRUPromptCache
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
-from guided import ConstrainedSession
+from coreai import ConstrainedSession
 from runtime import PromptLookup, SamplingParams, SamplingStrategy
 from runtime.batch import BatchGenerator
 

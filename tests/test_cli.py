@@ -309,7 +309,7 @@ def test_generate_with_tools_prints_the_calls(tiny_model_dir, tmp_path, capsys):
 
 
 def test_generate_refusals_name_the_flag(tiny_model_dir, tmp_path, capsys):
-    """The CLI fills the one request (`guided.request`) with its own names: a refused tool choice or
+    """The CLI fills the one request (`coreai.service.request`) with its own names: a refused tool choice or
     tool definition names the flag at fault, one line, no traceback."""
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from guided import ConstrainedSession
+from coreai import ConstrainedSession
 from runtime import SamplingParams, SamplingStrategy
 from runtime.batch import BatchGenerator
 from runtime.generate import stream_tokens

@@ -13,9 +13,9 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from coreai import ConstrainedSession  # noqa: E402
 from guided import (  # noqa: E402
     ConstrainedDecodingStrategy,
-    ConstrainedSession,
     check_json,
     compile_grammar,
     get_tokenizer_info,

@@ -75,12 +75,13 @@ def _type_checking_only(node: ast.If) -> bool:
     return getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
 
 
-def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+def import_graph(sources: dict[str, tuple[str, bool]], type_level: bool = True) -> dict[str, set[str]]:
     """module -> the library modules it imports, from `sources` (module -> (source text, is a package's
     __init__)). Relative imports are resolved; `from p import x` is an edge to the module `p.x` when
     there is one, else to `p`. Function-level imports count (a deferred import hides a cycle, it does
-    not remove it: each module still needs the other); imports under `if TYPE_CHECKING:` do not (they
-    never run). The parent packages an import runs first (`runtime/__init__.py` before
+    not remove it: each module still needs the other), and so do imports under `if TYPE_CHECKING:`
+    unless `type_level` is False (they never run, but a type-level circle is still two modules that
+    know each other). The parent packages an import runs first (`runtime/__init__.py` before
     `runtime.errors`) are not edges: a package's __init__ re-exports its modules by design."""
 
     def known(name: str) -> str | None:
@@ -95,7 +96,7 @@ def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
 
         # The loop's values bound now: `visit` runs within this iteration only.
         def visit(node: ast.AST, here=here, module=module, edges=edges) -> None:
-            if isinstance(node, ast.If) and _type_checking_only(node):
+            if isinstance(node, ast.If) and _type_checking_only(node) and not type_level:
                 for child in node.orelse:
                     visit(child)
                 return
@@ -167,14 +168,16 @@ def test_the_cycle_finder_sees_deferred_and_relative_imports():
         "p.c": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.d import x\n", False),
         "p.d": ("import p.c\nfrom p import a\n", False),
     }
-    graph = import_graph(sources)
+    graph = import_graph(sources, type_level=False)
     assert graph == {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": set(), "p.d": {"p.c", "p.a"}}
     assert import_cycles(graph) == [{"p.a", "p.b"}]
+    typed = import_graph(sources)  # type-level edges count by default
+    assert typed["p.c"] == {"p.d"} and {"p.c", "p.d"} in import_cycles(typed)
 
 
 def test_no_library_module_imports_another_in_a_circle():
-    """Module-level and function-level imports both count (see `import_graph`); `if TYPE_CHECKING:`
-    imports do not. The known cycles (KNOWN_CYCLES, issue #35) pass only as they are."""
+    """Module-level, function-level and `if TYPE_CHECKING:` imports all count (see `import_graph`).
+    The known cycles (KNOWN_CYCLES) pass only as they are."""
     sources = {module_name(path): (path.read_text(), path.name == "__init__.py") for path in library_files()}
     cycles = [cycle for cycle in import_cycles(import_graph(sources)) if cycle not in KNOWN_CYCLES]
     assert not cycles, [sorted(cycle) for cycle in cycles]
@@ -202,19 +205,61 @@ def test_bench_without_the_benchmarks_says_how_to_get_them(monkeypatch, capsys):
     assert err.startswith("coreai bench: error: ") and "pip install -e ." in err and "Traceback" not in err
 
 
-def test_no_route_module_imports_another():
-    """The server's route modules (those that make an `APIRouter`) share their helpers through
-    `coreai.server.api`, below them, and never import each other."""
-    server = ROOT / "coreai" / "server"
-    routes = {f"coreai.server.{p.stem}": p for p in sorted(server.glob("*.py")) if "APIRouter(" in p.read_text()}
-    assert {"coreai.server.routes", "coreai.server.responses", "coreai.server.messages"} <= routes.keys()
+SERVER = ROOT / "coreai" / "server"
+DIALECTS = ("coreai.server.openai", "coreai.server.responses", "coreai.server.anthropic")
+# The one declared module through which a dialect may use another's types (the OpenAI family's).
+SHARED = {"coreai.server.responses": ("coreai.server.openai.family",)}
+
+
+def absolute_imports(path: Path) -> set[str]:
+    """The modules `path` imports, `from p import m` also as `p.m` (a submodule named as a name)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set(imported_modules(tree))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_the_dialects_are_packages():
+    assert all((ROOT / d.replace(".", "/") / "__init__.py").exists() for d in DIALECTS)
+    assert not [p.name for p in SERVER.glob("*.py") if p.stem.startswith(("messages", "responses"))]
+
+
+def test_no_dialect_imports_another():
+    """Each API dialect imports the shell and the service, never another dialect; Responses shares
+    the OpenAI family's types through `coreai.server.openai.family` only."""
     offenders = []
-    for name, path in routes.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        imported = set(imported_modules(tree))
-        # `from coreai.server import routes` names the package; the module is an alias.
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module == "coreai.server":
-                imported |= {f"coreai.server.{alias.name}" for alias in node.names}
-        offenders += [f"{name} imports {other}" for other in routes if other != name and other in imported]
+    for dialect in DIALECTS:
+        for path in sorted((ROOT / dialect.replace(".", "/")).rglob("*.py")):
+            for name in absolute_imports(path):
+                for other in DIALECTS:
+                    inside = name == other or name.startswith(other + ".")
+                    allowed = any(name == s or name.startswith(s + ".") for s in SHARED.get(dialect, ()))
+                    if other != dialect and inside and not allowed:
+                        offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not offenders, offenders
+
+
+def test_the_service_imports_no_dialect_and_no_http():
+    forbidden = ("coreai.server", "coreai.commands", "fastapi", "starlette", "uvicorn", "httpx")
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "coreai" / "service").rglob("*.py"))
+        for name in imported_modules(ast.parse(path.read_text()))
+        if name.startswith(forbidden)
+    ]
+    assert not offenders, offenders
+
+
+def test_coreai_reaches_guided_only_through_its_package_faces():
+    """`coreai` imports `guided` and `guided.tools` (the packages' `__init__` faces), never a module
+    inside them, so guided may move its modules without breaking its users."""
+    faces = {"guided", "guided.tools"}
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "coreai").rglob("*.py"))
+        for name in imported_modules(ast.parse(path.read_text()))
+        if (name == "guided" or name.startswith("guided.")) and name not in faces
+    ]
     assert not offenders, offenders

@@ -348,8 +348,8 @@ def test_a_fault_mid_stream_is_the_api_error_event():
     Responses, Anthropic's shape on Messages (the traceback logged, not sent)."""
     import asyncio
 
-    from coreai.server.messages_reply import sse as messages_sse
-    from coreai.server.responses_stream import sse_events as responses_sse
+    from coreai.server.anthropic.reply import sse as messages_sse
+    from coreai.server.responses.stream import sse_events as responses_sse
 
     async def broken():
         yield {"type": "message_start"}

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from guided import ConstrainedSession, free_outcome
+from coreai import ConstrainedSession
+from guided import free_outcome
 from guided.outcome import decide
 from guided.tools.calls import ToolCall
 from runtime.reasoning import ReasoningMarkers, ReasoningPlan, ReasoningTokens

@@ -12,7 +12,7 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from guided import ConstrainedSession  # noqa: E402
+from coreai import ConstrainedSession  # noqa: E402
 from runtime import load_model  # noqa: E402
 from runtime.reasoning import ReasoningMarkers, ReasoningSplitter, detect_markers, split_reasoning  # noqa: E402
 

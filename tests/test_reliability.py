@@ -143,7 +143,8 @@ def test_a_schema_that_asserts_nothing_is_reported(tiny, schema, where):
     ],
 )
 def test_python_api_refuses_empty_constraints(tiny_model, options, words):
-    from guided import ConstrainedSession, GrammarError
+    from coreai import ConstrainedSession
+    from guided import GrammarError
 
     with pytest.raises((GrammarError, ValueError), match=words):
         ConstrainedSession(tiny_model, **options)
@@ -181,7 +182,7 @@ def test_a_pydantic_schema_gives_an_instance(tiny_model):
     """`result.parsed` is an instance of the class given as the schema (as the openai client's)."""
     import pydantic
 
-    from guided import ConstrainedSession
+    from coreai import ConstrainedSession
 
     class Pick(pydantic.BaseModel):
         answer: bool

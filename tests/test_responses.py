@@ -16,9 +16,9 @@ from test_reasoning import SCHEMA as OK_SCHEMA, qwen3  # noqa: F401 - the tiny r
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
-from coreai.server.response_store import ResponseStore, output_messages
-from coreai.server.responses import ResponseBuilder
-from coreai.server.responses_schemas import OutputMessage, OutputTextPart, ResponseCreateRequest
+from coreai.server.responses.store import ResponseStore, output_messages
+from coreai.server.responses.routes import ResponseBuilder
+from coreai.server.responses.schemas import OutputMessage, OutputTextPart, ResponseCreateRequest
 from runtime import GenerationResult, Timings, Usage
 
 PERSON = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from guided import ConstrainedSession
+from coreai import ConstrainedSession
 from guided.checker import CheckPlan
 
 
@@ -195,7 +195,7 @@ def test_the_report_labels_keywords_under_a_validated_one(tiny_model):
 
 
 def test_the_enforcement_header_stays_small(tiny_model):
-    from coreai.server.constraints import MAX_HEADER_ENTRIES, enforcement_headers
+    from coreai.server.enforcement import MAX_HEADER_ENTRIES, enforcement_headers
 
     many = {f"p{i}": {"type": "array", "uniqueItems": True} for i in range(100)}
     header = enforcement_headers(

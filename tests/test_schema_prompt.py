@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from guided import ConstrainedSession
+from coreai import ConstrainedSession
 from guided.prompt import describe_in_prompt
 from guided.schema_prompt import LEFT_TO_GRAMMAR, SCHEMA_PROMPT_STYLE, describe_schema, with_schema_description
 from runtime.errors import ParameterError
@@ -213,11 +213,11 @@ def test_json_object_gets_no_hints_and_other_constraints_refuse_the_option(tiny_
 def test_cli_flag_reaches_the_prompt(tiny_model, tiny_model_dir, capsys):
     from coreai.cli import build_parser, main
     from coreai.commands.generate import request_of
-    from guided.request import prepare
+    from coreai.service import prepare
 
     def prompt_ids(*flags):
         args = build_parser().parse_args(["generate", str(tiny_model_dir), "--prompt", "x", *flags])
-        return prepare(tiny_model, request_of(args, args.prompt, None)).ids
+        return prepare(tiny_model, request_of(args, args.prompt, None)).prompt_ids
 
     schema = '{"type": "object", "properties": {"day": {"type": "string", "format": "date"}}, "required": ["day"]}'
     described, plain = (
@@ -266,11 +266,12 @@ def test_the_session_and_the_server_render_one_prompt(tiny_model, tools, monkeyp
     """One pipeline (`guided.prompt`): the session and the server's chat front end render the same
     token ids for the same request, also when the first message has the `developer` role (the
     session used to put the tool prompt before it as a second system message)."""
+    from coreai import ConstrainedSession
     from coreai.server.config import ServerConfig
-    from coreai.server.prepare import Preparer
-    from coreai.server.schemas import ChatCompletionRequest
-    from guided import ConstrainedSession, GrammarCache
-    from guided.tokenizer_info import get_tokenizer_info
+    from coreai.server.openai.request import chat_request
+    from coreai.server.openai.schemas import ChatCompletionRequest
+    from coreai.service import Service
+    from guided import GrammarCache
     from tests.tool_defs import SEARCH
 
     messages = [{"role": "developer", "content": "Be terse."}, {"role": "user", "content": "Doc"}]
@@ -279,9 +280,8 @@ def test_the_session_and_the_server_render_one_prompt(tiny_model, tools, monkeyp
     if tools:
         body |= {"tools": [SEARCH]}
         options |= {"tools": [SEARCH]}
-    info = get_tokenizer_info(tiny_model.tokenizer, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
-    preparer = Preparer(tiny_model, ServerConfig(), GrammarCache(), guided=info is not None)
-    params, _ = preparer.chat(ChatCompletionRequest(**body))
+    service = Service(tiny_model, ServerConfig().settings(), GrammarCache())
+    params = service.prepare(chat_request(ChatCompletionRequest(**body)))
     rendered = []  # what the session renders, observed at the model's own call
     render = tiny_model.prompt_ids
     monkeypatch.setattr(tiny_model, "prompt_ids", lambda *a, **k: rendered.append(render(*a, **k)) or rendered[-1])

@@ -268,7 +268,7 @@ def test_ecma_pattern_beside_other_requests(tiny):
 def test_a_failure_delivering_one_row_ends_that_row_only(tiny, tiny_model, monkeypatch):
     """An unexpected error while delivering one request's step (here: its logprobs) is that request's
     500; the requests beside it get their answers and the worker goes on."""
-    from coreai.server import engine
+    from coreai.service import engine
 
     real = engine._token_logprobs
 
@@ -1254,10 +1254,10 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     """Call deltas come from the labelled parts (the grammar's boundaries), one index per call."""
     import asyncio
 
-    from coreai.server import schemas
-    from coreai.server.engine import Piece
-    from coreai.server.queue import Job
-    from coreai.server.replies import ChatReply
+    from coreai.server.openai import schemas
+    from coreai.service.engine import Piece
+    from coreai.service import Job
+    from coreai.server.openai.replies import ChatReply
 
     def call(i, on):
         return [
@@ -1397,7 +1397,9 @@ def test_a_lost_model_mid_stream_is_each_apis_error_event():
     stays a bare server error."""
     import asyncio
 
-    from coreai.server import messages_reply, responses_stream, streaming
+    from coreai.server import streaming
+    from coreai.server.anthropic import reply as messages_reply
+    from coreai.server.responses import stream as responses_stream
     from runtime.errors import ClusterLost
 
     def events(render, error: Exception) -> list[str]:

@@ -13,9 +13,9 @@ import openai
 import pytest
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+from coreai import ConstrainedSession
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
-from guided import ConstrainedSession
 from tests.test_tools_custom import DATE, SQL
 
 SQL_TOOL = {

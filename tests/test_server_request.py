@@ -1,29 +1,29 @@
 """The server's one request and one outcome: a Responses body is mapped once into a
 `GenerationRequest` whose errors name the Responses fields, and a streamed reply ends with the
-outcome a whole reply is rendered from (`coreai.server.events`)."""
+outcome a whole reply is rendered from (`coreai.service.events`)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
 
-from coreai.server import schemas
 from coreai.server.config import ServerConfig
-from coreai.server.engine import Piece
+from coreai.server.dispatch import prepared
 from coreai.server.errors import APIError
-from coreai.server.events import ReplyEvents, outcome_of
-from coreai.server.prepare import Preparer
-from coreai.server.queue import Job
-from coreai.server.replies import ChatReply
-from coreai.server.responses import ResponseBuilder
-from coreai.server.responses_request import RESPONSES_NAMES, generation_request
-from coreai.server.responses_schemas import ResponseCreateRequest
-from coreai.server.responses_stream import events
+from coreai.server.openai import schemas
+from coreai.server.openai.replies import ChatReply
+from coreai.server.responses.request import RESPONSES_NAMES, generation_request
+from coreai.server.responses.routes import ResponseBuilder
+from coreai.server.responses.schemas import ResponseCreateRequest
+from coreai.server.responses.stream import events
+from coreai.service import Job, ReplyEvents, Service
+from coreai.service import finish_of as outcome_of
+from coreai.service.engine import Piece
 from guided import Constraint, GrammarCache, GuidedResult
 from guided.outcome import decide
-from guided.tokenizer_info import get_tokenizer_info
 from guided.tools.calls import ToolCall
 from runtime import Timings, Usage
 
@@ -96,8 +96,8 @@ def test_mapping_errors_name_the_responses_fields(fields, param, words):
 
 @pytest.fixture(scope="module")
 def preparer(tiny_model):
-    info = get_tokenizer_info(tiny_model.tokenizer, tiny_model.vocab_size, tiny_model.tokenizer.eos_ids)
-    return Preparer(tiny_model, ServerConfig(max_tokens=100), GrammarCache(), guided=info is not None)
+    service = Service(tiny_model, ServerConfig(max_tokens=100).settings(), GrammarCache())
+    return SimpleNamespace(prepare=lambda generation: prepared(service, generation))  # as a request runs it
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from guided import ConstrainedSession  # noqa: E402
+from coreai import ConstrainedSession  # noqa: E402
 from runtime import PromptCache, PromptLookup, SamplingParams, TokenSampler, ValueLookup, make_drafter  # noqa: E402
 from runtime.draft_cost import DraftCostModel  # noqa: E402
 

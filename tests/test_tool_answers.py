@@ -15,9 +15,9 @@ import jsonschema
 import openai
 import pytest
 
+from coreai import ConstrainedSession
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
-from guided import ConstrainedSession
 from guided.errors import UnsupportedSchemaFeature
 from tests.tool_defs import TOGGLE, UNIT, track
 

@@ -11,7 +11,7 @@ import re
 import jsonschema
 import pytest
 
-from guided import ConstrainedSession
+from coreai import ConstrainedSession
 from guided.errors import UnsupportedSchemaFeature
 from guided.tools.calls import CallStream
 from guided.tools.formats import FORMATS

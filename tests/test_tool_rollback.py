@@ -14,7 +14,7 @@ import pytest
 from test_rollback import bias
 from test_server import chat_body, client, serve
 
-from guided import ConstrainedSession
+from coreai import ConstrainedSession
 from guided.errors import UnsupportedSchemaFeature
 from guided.tools.calls import CallStream
 from guided.validation import check_json
@@ -138,10 +138,11 @@ def test_what_nothing_can_enforce_is_still_refused_by_name(tiny_model):
 def test_streamed_call_ids_are_the_result_ids(tiny_model):
     """The server streams each call's first delta with the id the call's `ToolCall` has: the real
     engine, job and chat reply, the result's calls beside the chunks."""
-    from coreai.server import schemas
-    from coreai.server.engine import Engine, GenerationParams
-    from coreai.server.queue import Job
-    from coreai.server.replies import ChatReply
+    from coreai.server.openai import schemas
+    from coreai.server.openai.replies import ChatReply
+    from coreai.service import Job
+    from coreai.service.engine import Engine
+    from coreai.service.job import GenerationJob as GenerationParams
 
     plain = {
         "type": "function",

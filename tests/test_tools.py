@@ -9,7 +9,8 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from guided import ConstrainedSession, SchemaError
+from coreai import ConstrainedSession
+from guided import SchemaError
 from guided.tools.calls import CallStream
 from guided.tools.constraint import make_tool, text_not_starting_with, tool_constraint
 from tests.tool_defs import SEARCH, UNIT

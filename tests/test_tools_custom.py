@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from guided import ConstrainedSession, GrammarError
+from coreai import ConstrainedSession
+from guided import GrammarError
 from guided.tools.calls import CallStream
 from guided.tools.formats import FORMATS
 from runtime.errors import InputError

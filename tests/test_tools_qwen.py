@@ -9,7 +9,7 @@ import json
 import pytest
 from test_server import client, serve
 
-from guided import ConstrainedSession
+from coreai import ConstrainedSession
 from guided.tools.calls import CallStream
 from guided.validation import check_json
 from tests.tool_defs import SEARCH
@@ -145,8 +145,8 @@ def test_multi_turn_round_trip(qwen, qwen_model):
     assert second.finish_reason == "stop" and not second.message.tool_calls, second
     assert "18" in second.message.content and "<tool_call>" not in second.message.content
     # The prompt the server rendered: the call as the template writes it, then the result.
-    from coreai.server.prepare import template_message
-    from coreai.server.schemas import ChatCompletionRequest
+    from coreai.server.openai.request import template_message
+    from coreai.server.openai.schemas import ChatCompletionRequest
 
     req = ChatCompletionRequest(model="qwen", messages=messages)
     rendered = qwen_model.tokenizer.hf.decode(

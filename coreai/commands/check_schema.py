@@ -32,8 +32,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from coreai.api import resolve
     from coreai.store import DEFAULT_MODEL
-    from guided import compile_grammar, get_tokenizer_info, make_spec
-    from guided.enforcement import enforcement, summary
+    from guided import compile_grammar, enforcement, get_tokenizer_info, make_spec, summary
     from runtime import Tokenizer
 
     spec = make_spec(schema=args.schema, whitespace=args.whitespace, strict=not args.no_strict, lenient=args.lenient)

@@ -61,12 +61,13 @@ def add_speculative_arg(p, default: str | None = "off") -> None:
 
 
 def add_sampling_args(p) -> None:
+    # Sampling flags left out take `runtime.SamplingParams`' defaults (greedy), which are declared there.
     p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, help="0 = greedy (the default)")
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--min-p", type=float)
+    p.add_argument("--repetition-penalty", type=float)
     p.add_argument("--seed", type=int)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
 
@@ -74,7 +75,7 @@ def add_sampling_args(p) -> None:
 def add_whitespace_arg(p, what: str = "") -> None:
     """`--whitespace pretty|compact|any` (`guided.spec.WHITESPACES`) and the older `--any-whitespace`,
     which means `--whitespace any`; both land in `args.whitespace` (None: the session's default)."""
-    from guided.spec import DEFAULT_WHITESPACE, WHITESPACES
+    from guided import DEFAULT_WHITESPACE, WHITESPACES
 
     p.add_argument(
         "--whitespace",
@@ -164,21 +165,14 @@ def read_messages(path: Path) -> list[dict]:
     return messages
 
 
-def sampling_params(args):
-    """The `SamplingParams` of `add_sampling_args`' flags, `--max-tokens` checked too (before the
-    model load). Raises ParameterError."""
+def check_sampling(args) -> None:
+    """Check the sampling flags (`add_sampling_args`) and `--max-tokens` as the service will, before
+    the model load. Raises ParameterError naming the field."""
     from runtime import SamplingParams
-    from runtime.sampling import check_max_tokens
+    from runtime.sampling import check_max_tokens, given_sampling
 
     check_max_tokens(args.max_tokens)
-    return SamplingParams(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty,
-        seed=args.seed,
-    )
+    SamplingParams(**given_sampling(args))
 
 
 def add_hint_budget_arg(p) -> None:
@@ -212,7 +206,7 @@ def constraint_options(args) -> dict:
 
 def answer_of(args) -> tuple[str, dict] | None:
     """(the flag, the `guided.Constraint` options) of the output format the grammar flags ask for
-    (`guided.request.GenerationRequest.answer`), or None for free text."""
+    (`coreai.service.GenerationRequest.answer`), or None for free text."""
     if args.schema:  # inline JSON or a file path: `guided.spec.load_schema` tells them apart
         return "--schema", {"schema": args.schema}
     if args.json_object:
@@ -229,7 +223,7 @@ def answer_of(args) -> tuple[str, dict] | None:
 def print_enforcement(outcome, result) -> None:
     """On stderr: the keywords not enforced by the grammar alone (the outcome's enforcement report,
     the tool named for those in calls), and the violations found."""
-    from guided.enforcement import GRAMMAR, summary
+    from guided import GRAMMAR, summary
 
     rows = summary(outcome.enforcement)
     by_grammar = sum(n for _, how, n, _ in rows if how == GRAMMAR)

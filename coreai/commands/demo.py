@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from guided import ConstrainedSession
+    from coreai import ConstrainedSession
 
     start = time.perf_counter()
     model = common.load_model(args)

@@ -12,7 +12,7 @@ from coreai.commands import common
 from runtime.errors import InputError
 
 if TYPE_CHECKING:
-    from guided.request import GenerationRequest
+    from coreai.service import GenerationRequest
 
 
 def register(sub) -> None:
@@ -48,9 +48,10 @@ def register(sub) -> None:
 
 
 def request_of(args, prompt, tools: list | None) -> GenerationRequest:
-    """The one request (`guided.request.GenerationRequest`) the flags ask for, its errors naming
+    """The one request (`coreai.service.GenerationRequest`) the flags ask for, its errors naming
     the flags; `prompt`: the text or messages, `tools`: the --tools file's list."""
-    from guided.request import GenerationRequest, Names
+    from coreai.service import GenerationRequest, Names
+    from runtime.sampling import given_sampling
 
     names = Names(
         messages="--prompt/--messages",
@@ -66,6 +67,7 @@ def request_of(args, prompt, tools: list | None) -> GenerationRequest:
     return GenerationRequest(
         messages=prompt,
         names=names,
+        sampling=given_sampling(args),
         max_tokens=args.max_tokens,
         stop=args.stop or [],
         answer=common.answer_of(args),
@@ -76,11 +78,12 @@ def request_of(args, prompt, tools: list | None) -> GenerationRequest:
         chat_template_kwargs={"enable_thinking": False} if args.no_thinking else None,
         schema_in_prompt=args.schema_in_prompt,
         schema_hint_budget=args.schema_hint_budget,
+        speculative=args.speculative,
     )
 
 
 def run(args) -> int:
-    sampling = common.sampling_params(args)  # checks every sampling flag before the (slow) model load
+    common.check_sampling(args)  # every sampling flag before the (slow) model load
     options = common.constraint_options(args)
     prompt = args.prompt if args.prompt is not None else common.read_messages(args.messages)
     if args.tools is None and (args.tool_choice is not None or args.no_parallel_tool_calls):
@@ -92,23 +95,22 @@ def run(args) -> int:
     if common.follows(model):
         return common.follow(model)
     try:
-        return generate(model, args, sampling, options, request)
+        return generate(model, args, options, request)
     finally:
         if model.leader is not None:  # the other ranks wait for rank 0's word that it is done
             model.leader.close()
 
 
-def generate(model, args, sampling, options, request) -> int:
-    """Generate `request` (`guided.request.GenerationRequest`), print the output and the figures; the
-    exit code."""
-    from guided import GuidedResult, free_outcome
-    from guided.request import Defaults, prepare, stream
+def generate(model, args, options, request) -> int:
+    """Generate `request` (`coreai.service.GenerationRequest`): the job `coreai.service.prepare`
+    makes of it, run alone (`coreai.service.run`); print the output and the figures; the exit code."""
+    from coreai.service import Settings, decided, prepare
+    from coreai.service.run import stream
+    from guided import GuidedResult
 
-    prepared = prepare(model, request, defaults=Defaults(options=options))
-    constraint = prepared.constraint
-    deltas = stream(
-        model, prepared, sampling, max_tokens=args.max_tokens, stop=request.stop or None, speculative=args.speculative
-    )
+    job = prepare(model, request, settings=Settings(options=options))
+    constraint = job.constraint
+    deltas = stream(model, job)
     result = None
     for delta in deltas:
         if args.stream:
@@ -120,8 +122,7 @@ def generate(model, args, sampling, options, request) -> int:
     assert result is not None  # the last delta carries the result
     # What the result means is decided once (`guided.outcome`); the CLI renders it, as the server does.
     checked = result if isinstance(result, GuidedResult) else None  # a constrained generation's verdict
-    outcome = checked.outcome if checked is not None else free_outcome(result, prepared.reasoning)
-    assert outcome is not None  # the verdict decided it
+    outcome = decided(result, job.reasoning)
     # Beside complete calls, an output cut by --max-tokens is those calls (the cut one is dropped).
     cut_after_calls = outcome.finish == "length" and bool(outcome.tool_calls)
     usable = checked is None or checked.valid or cut_after_calls

@@ -1,8 +1,8 @@
-"""The FastAPI app: `/health`, `/v1/models`, `/v1/models/{model}`, `/v1/chat/completions`,
-`/v1/completions`, `/v1/responses`, Anthropic's `/v1/messages` (+ `/openapi.json`, `/docs` and `/redoc`
-with their scripts served here, not from a CDN, and the playground page at `/`); the routes are in
-`coreai.server.routes`, `coreai.server.responses` and `coreai.server.messages`, their shared helpers
-in `coreai.server.api`, the playground's in `coreai.server.playground`.
+"""The FastAPI app, the shell around the API dialects: `/health`, `/v1/models`, `/v1/models/{model}`
+(`coreai.server.models`), the dialects' routes (`openai`: `/v1/chat/completions`, `/v1/completions`;
+`responses`: `/v1/responses`; `anthropic`: `/v1/messages`), `/openapi.json`, `/docs` and `/redoc`
+with their scripts served here, not from a CDN, and the playground page at `/`. Every dialect runs
+the one skeleton of `coreai.server.dispatch` on the generation service (`coreai.service`).
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,
@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import contextlib
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi_offline import FastAPIOffline
 
-from coreai.server import messages, playground, responses
+from coreai.server import models, playground
+from coreai.server.anthropic import errors as anthropic_errors
+from coreai.server.anthropic import routes as messages
 from coreai.server.config import ServerConfig
 from coreai.server.errors import install as install_error_handlers
-from coreai.server.guard import BodyLimit, require_api_key
-from coreai.server.routes import router
+from coreai.server.guard import BodyLimit
+from coreai.server.openai import routes as openai
+from coreai.server.responses import routes as responses
 from coreai.server.state import ServerState
 from guided import GrammarCache
 from runtime import Model
@@ -60,9 +63,10 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     )
     app.state.server = state
     app.add_middleware(BodyLimit, limit=state.config.max_body_bytes)
-    install_error_handlers(app)
-    app.include_router(router)
-    app.include_router(responses.router, prefix="/v1", dependencies=[Depends(require_api_key)])
-    app.include_router(messages.router, prefix="/v1", dependencies=[Depends(require_api_key)])
+    install_error_handlers(app, {anthropic_errors.PATH: anthropic_errors.error_response})
+    app.include_router(models.router)
+    app.include_router(openai.router)
+    responses.install(app)
+    messages.install(app)
     playground.install(app)  # the page at `/` (docs/reference/server.md#the-playground)
     return app

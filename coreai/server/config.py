@@ -4,11 +4,15 @@ reads its defaults from here)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from guided.spec import WHITESPACES
+from guided import WHITESPACES
 from runtime import SamplingParams
 from runtime.errors import ParameterError
 from runtime.sampling import check_max_tokens
+
+if TYPE_CHECKING:
+    from coreai.service import Settings
 
 
 @dataclass
@@ -57,6 +61,20 @@ class ServerConfig:
     schema_in_prompt: bool | None = None
     schema_hint_budget: int | None = None
     whitespace: str | None = None
+
+    def settings(self) -> Settings:
+        """What the generation service gives every request where it says nothing."""
+        from coreai.service import Settings  # here: the command line reads this module without the service
+
+        return Settings(
+            whitespace=self.whitespace,
+            schema_in_prompt=self.schema_in_prompt,
+            schema_hint_budget=self.schema_hint_budget,
+            sampling={"temperature": self.temperature},
+            max_tokens=self.max_tokens,
+            max_tokens_limit=self.max_tokens,
+            speculative=self.speculative,
+        )
 
     def __post_init__(self):
         # The defaults go through the checks a request's values go through: out of range, every

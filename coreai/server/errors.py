@@ -1,5 +1,5 @@
 """OpenAI error objects: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status,
-and under the Messages API (/v1/messages) Anthropic's, `{"type": "error", "error": {"type", "message"}}`.
+and under a dialect that registered its own shape (`install`: Anthropic's under /v1/messages) that.
 
 400 malformed JSON, bad parameters, invalid or unenforceable schemas and grammars; 401 missing or
 wrong API key; 404 unknown model or route; 413 oversized body; 429 full queue (with Retry-After);
@@ -9,16 +9,30 @@ wrong API key; 404 unknown model or route; 413 oversized body; 429 full queue (w
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coreai.errors import ClusterLost, GrammarError, InputError, SchemaError, UnsupportedSchemaFeature
 
 log = logging.getLogger("coreai.server")
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error object, as the OpenAPI document lists it."""
+
+    error: ErrorDetail
 
 
 class APIError(Exception):
@@ -41,38 +55,18 @@ class APIError(Exception):
         body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
-    def anthropic_response(self) -> JSONResponse:
-        """This error in the Messages API's shape, `{"type": "error", "error": {"type", "message"}}`,
-        with Anthropic's status for it: an overloaded server (full queue, shutting down) is 529
-        `overloaded_error`, which the `anthropic` SDK retries. The shape has no `param`: the message
-        names the field instead."""
-        body = self.anthropic_error()
-        status = 529 if body["error"]["type"] == "overloaded_error" else self.status
-        return JSONResponse(body, status_code=status, headers=self.headers)
 
-    def anthropic_error(self) -> dict:
-        """The body of `anthropic_response` (also the Messages stream's `error` event)."""
-        message = self.message
-        if self.param and not message.startswith(self.param):
-            message = f"{self.param}: {message}"
-        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(self.status, "api_error"), "message": message}}
-
-    def response_for(self, path: str) -> JSONResponse:
-        """The error object of the API `path` belongs to: Anthropic's under /v1/messages, else OpenAI's."""
-        return self.anthropic_response() if path.startswith(ANTHROPIC_PATHS) else self.response()
+# A dialect whose errors are not OpenAI's objects registers its shape for its paths (`install`).
+ErrorShape = Callable[[APIError], JSONResponse]
 
 
-ANTHROPIC_PATHS = ("/v1/messages",)
-ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    429: "overloaded_error",
-    503: "overloaded_error",
-}
+def respond(error: APIError, path: str, shapes: Mapping[str, ErrorShape]) -> JSONResponse:
+    """`error` in the shape of the dialect `path` belongs to (`shapes`: path prefix -> shape), else
+    as an OpenAI error object."""
+    for prefix, shape in shapes.items():
+        if path.startswith(prefix):
+            return shape(error)
+    return error.response()
 
 
 def lost_error(exc: ClusterLost) -> APIError:
@@ -165,31 +159,34 @@ def validation_error(exc: RequestValidationError) -> APIError:
 _HTTP_CODES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
 
 
-def install(app: FastAPI) -> None:
-    """Register the handlers that turn every failure into an error object of the route's API."""
+def install(app: FastAPI, shapes: Mapping[str, ErrorShape]) -> None:
+    """Register the handlers that turn every failure into an error object of the route's dialect
+    (`shapes`, also read by the body limit: `app.state.error_shapes`)."""
+    app.state.error_shapes = dict(shapes)
+
+    def answer(error: APIError, request: Request) -> JSONResponse:
+        return respond(error, request.url.path, request.app.state.error_shapes)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
-        return exc.response_for(request.url.path)
+        return answer(exc, request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        return validation_error(exc).response_for(request.url.path)
+        return answer(validation_error(exc), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         code, message = _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail)
         if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8 JSON)
             message = f"the request body is not UTF-8 JSON ({message})"
-        error = APIError(exc.status_code, message, param=None, code=code, headers=exc.headers)
-        return error.response_for(request.url.path)
+        return answer(APIError(exc.status_code, message, param=None, code=code, headers=exc.headers), request)
 
     @app.exception_handler(ClusterLost)
     async def _lost(request: Request, exc: ClusterLost):  # a rank died mid-request: the server is going
-        return lost_error(exc).response_for(request.url.path)
+        return answer(lost_error(exc), request)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):
         log.exception("internal error on %s %s", request.method, request.url.path)
-        error = APIError(500, f"internal server error ({type(exc).__name__})", "server_error")
-        return error.response_for(request.url.path)
+        return answer(APIError(500, f"internal server error ({type(exc).__name__})", "server_error"), request)

@@ -7,7 +7,7 @@ import hmac
 
 from fastapi import Request
 
-from coreai.server.errors import APIError
+from coreai.server.errors import APIError, respond
 
 
 def require_api_key(request: Request) -> None:
@@ -44,8 +44,9 @@ class BodyLimit:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         limit = self.limit
         too_large = APIError(413, f"the request body exceeds {limit} bytes", code="request_too_large")
+        shapes = scope["app"].state.error_shapes  # the dialects' error shapes (`errors.install`)
         if int(headers.get("content-length", 0) or 0) > limit:
-            return await too_large.response_for(scope["path"])(scope, receive, send)
+            return await respond(too_large, scope["path"], shapes)(scope, receive, send)
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         body = b""
@@ -55,7 +56,7 @@ class BodyLimit:
                 return  # disconnected before the body arrived
             body += message.get("body", b"")
             if len(body) > limit:
-                return await too_large.response_for(scope["path"])(scope, receive, send)
+                return await respond(too_large, scope["path"], shapes)(scope, receive, send)
             if not message.get("more_body"):
                 break
         replayed = False

@@ -1,6 +1,6 @@
 """The playground: a single page at `/` (static files in `coreai/server/static`, shipped as package
 data; no build step, no CDN) that talks to this server's public `/v1` API only, with the opt-in
-`token_provenance` stream extension (`coreai.server.provenance`) for its token marks."""
+`token_provenance` stream extension (`coreai.server.openai.provenance`) for its token marks."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""`ServerState`: what one server instance owns (the model, its settings, the generation worker,
-the grammar cache and the journal warm-up), its start and its orderly stop. The routes reach it as
-`request.app.state.server` (`coreai.server.api.server_state`)."""
+"""`ServerState`: what one server instance owns (its settings, the generation service with its
+worker, the journal warm-up), its start and its orderly stop. The routes reach
+it as `request.app.state.server` (`coreai.server.dispatch.server_state`)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from coreai.server import reply_schemas as o
 from coreai.server.config import ServerConfig
-from coreai.server.engine import Engine
-from coreai.server.prepare import Preparer
-from coreai.server.queue import Worker
-from coreai.server.response_store import ResponseStore
-from guided import GrammarCache, get_tokenizer_info
-from guided.journal import GrammarJournal
+from coreai.service import Service
+from coreai.service.worker import Worker
+from guided import GrammarCache, GrammarJournal
 from runtime import Model
 from runtime.distributed import EXIT_LOST
 from runtime.errors import ClusterLost
@@ -59,51 +55,56 @@ class GrammarWarmup:
 
 @dataclass
 class ServerState:
-    """One server instance. name: the model id clients send. worker: the generation thread, which
-    owns the engine. grammar_cache: the compiled grammars of this instance's sessions."""
+    """One server instance. name: the model id clients send. created: when it started (Unix
+    seconds, the model card's). service: the generation service (`coreai.service.Service`: settings,
+    grammars, the worker with its batch engine)."""
 
     model: Model
     config: ServerConfig
     name: str
-    card: o.ModelCard
-    worker: Worker
-    preparer: Preparer
-    grammar_cache: GrammarCache
+    created: int
+    service: Service
     warmup: GrammarWarmup | None
     stopped: bool = field(default=False, init=False)
     lost: str | None = field(default=None, init=False)  # why the distributed model is lost, once it is
-    responses: ResponseStore = field(default_factory=ResponseStore, init=False)  # the Responses API's store
 
     @classmethod
     def build(cls, model: Model, config: ServerConfig, grammar_cache: GrammarCache | None = None) -> ServerState:
         """The state of a server for `model` (builds the grammar engine's view of the tokenizer: a few
         seconds, once per tokenizer per process); nothing runs until `start`."""
-        name = config.model_name or model.name
-        engine = Engine(model, config.max_batch, config.prompt_cache_bytes)
-        cache = grammar_cache or GrammarCache()
-        try:
-            info = get_tokenizer_info(model.tokenizer, model.vocab_size, model.tokenizer.eos_ids)
-        except ValueError as exc:
-            log.warning("guided generation disabled: %s", exc)
-            info = None
-        warmup = None
-        if info is not None and config.grammar_journal:
-            warmup = GrammarWarmup(cache, GrammarJournal(config.grammar_journal, info))
         leader = model.leader
         heartbeat = (leader.heartbeat_seconds, leader.heartbeat) if leader is not None else None
+        service = Service(
+            model,
+            config.settings(),
+            grammar_cache or GrammarCache(),
+            max_batch=config.max_batch,
+            max_queue=config.max_queue,
+            prompt_cache_bytes=config.prompt_cache_bytes,
+            heartbeat=heartbeat,
+        )
+        warmup = None
+        if service.tokenizer_info is not None and config.grammar_journal:
+            warmup = GrammarWarmup(service.cache, GrammarJournal(config.grammar_journal, service.tokenizer_info))
         state = cls(
             model=model,
             config=config,
-            name=name,
-            card=o.ModelCard(id=name, created=int(time.time())),
-            worker=Worker(config.max_queue, config.max_batch, engine, heartbeat),
-            preparer=Preparer(model, config, cache, guided=info is not None),
-            grammar_cache=cache,
+            name=config.model_name or model.name,
+            created=int(time.time()),
+            service=service,
             warmup=warmup,
         )
         if leader is not None:
             leader.on_lost = state.lose
         return state
+
+    @property
+    def worker(self) -> Worker:
+        return self.service.worker
+
+    @property
+    def grammar_cache(self) -> GrammarCache:
+        return self.service.cache
 
     @property
     def distributed(self) -> dict | None:
@@ -123,7 +124,7 @@ class ServerState:
         threading.Timer(LOST_GRACE, os._exit, (EXIT_LOST,)).start()
 
     def start(self) -> None:
-        self.worker.start()
+        self.service.start()
         if self.warmup is not None:
             self.warmup.start()
 

@@ -12,9 +12,9 @@ from typing import cast
 
 from fastapi import Request
 
-from coreai.server.engine import Piece
 from coreai.server.errors import APIError, lost_error
-from coreai.server.queue import Job
+from coreai.service import Job
+from coreai.service.engine import Piece
 from runtime import GenerationResult
 from runtime.errors import ClusterLost
 

@@ -12,10 +12,12 @@
 
 from guided.tools.calls import CallStream, CallTracker, ToolCall
 from guided.tools.constraint import TOOL_NAME, ToolConstraint, parameters_schema, tool_constraint
+from guided.tools.custom import INPUT
 from guided.tools.formats import FORMATS
 
 __all__ = [
     "FORMATS",
+    "INPUT",
     "TOOL_NAME",
     "CallStream",
     "CallTracker",

@@ -1,5 +1,5 @@
-"""One worker thread in front of the model, running a batch of generations, with a bounded
-admission queue.
+"""One worker thread in front of the model, running a batch of generations (`coreai.service.engine`),
+with a bounded admission queue.
 
 MLX is not safe for concurrent graphs on one model, so every generation runs on a single thread: the
 worker steps one batch (`Batch`, the engine's `runtime.batch.BatchGenerator`), where up to
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-log = logging.getLogger("coreai.server")
+log = logging.getLogger("coreai.service")
 
 _END = object()
 

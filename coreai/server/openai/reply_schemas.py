@@ -1,6 +1,6 @@
 """Response bodies of the OpenAI-compatible API (chat completions and their chunks, legacy
 completions, models, errors), as pydantic models. Shapes follow OpenAI's API reference; request
-bodies are in `coreai.server.schemas`."""
+bodies are in `coreai.server.openai.schemas`."""
 
 from __future__ import annotations
 
@@ -151,26 +151,3 @@ class Completion(BaseModel):
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
     system_fingerprint: str | None = None
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "coreai"
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorDetail

@@ -1,5 +1,5 @@
-"""The Messages front end's mapping: a validated Anthropic `MessagesRequest` to the one
-`guided.request.GenerationRequest`, once, with no chat request in between. Its errors, and the
+"""The Messages dialect's mapping: a validated Anthropic `MessagesRequest` to the service's one
+`GenerationRequest`, once, with no chat request in between. Its errors, and the
 prepare step's (`MESSAGES_NAMES`), name the Messages fields: `messages[i].content[j]`,
 `tools[i].input_schema`, `output_config.format.schema`, `tool_choice`, `thinking`.
 
@@ -25,10 +25,11 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from coreai.server import messages_schemas as m
+from coreai.server.anthropic import schemas as m
 from coreai.server.errors import bad_request
 from coreai.server.pairing import tool_pairing_error
-from guided.request import GenerationRequest, Names, Sampling
+from coreai.service import GenerationRequest, Names
+from runtime.sampling import given_sampling
 
 MESSAGES_NAMES = Names(
     messages="messages",
@@ -84,9 +85,7 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
     return GenerationRequest(
         messages=messages,
         names=MESSAGES_NAMES,
-        sampling=Sampling(temperature=create.temperature, top_p=create.top_p, top_k=create.top_k)
-        if create
-        else Sampling(),
+        sampling=given_sampling(create) if create else {},
         max_tokens=min(create.max_tokens, max_tokens_cap or create.max_tokens) if create else None,
         stop=list(create.stop_sequences or []) if create else [],
         answer=_answer(req),

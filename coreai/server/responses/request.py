@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coreai.server import responses_schemas as r
-from coreai.server.constraints import structured_options
 from coreai.server.errors import APIError, bad_request
+from coreai.server.openai.family import (
+    reasoning_of,
+    sampling_of,
+    structured_options,
+    template_call,
+    template_custom_call,
+)
 from coreai.server.pairing import tool_pairing_error
-from coreai.server.prepare import template_call, template_custom_call
-from guided.request import GenerationRequest, Names, Sampling
+from coreai.server.responses import schemas as r
+from coreai.service import GenerationRequest, Names
 
 RESPONSES_NAMES = Names(
     messages="input",
@@ -56,7 +61,7 @@ def generation_request(
     generation = GenerationRequest(
         messages=[template_message(m, params) for m in messages],
         names=RESPONSES_NAMES,
-        sampling=Sampling(temperature=req.temperature, top_p=req.top_p, seed=req.seed),
+        sampling=sampling_of(req),
         max_tokens=req.max_output_tokens,
         answer=response_format or structured_options(req),
         tools=[tool_definition(t) for t in req.tools] if req.tools else None,
@@ -64,7 +69,7 @@ def generation_request(
         parallel_tool_calls=req.parallel_tool_calls,
         logprobs=req.top_logprobs is not None or bool(req.include),
         top_logprobs=req.top_logprobs or 0,
-        reasoning_effort=req.reasoning.effort if req.reasoning else None,
+        **reasoning_of(req.reasoning.effort if req.reasoning else None),
     )
     return generation, conversation
 

@@ -1,9 +1,11 @@
 """`ConstrainedSession`: guided generation on a `runtime.Model`, plus the low-level calls for people
 who run their own decoding loop (`next_token_bitmask`, `apply_mask`, `accept_token`, ...).
 
-A session is a `guided.constraint.Constraint` (compiled once through the shared `GrammarCache`)
-with one double-buffered bitmask and a default for speculation; each `generate`/`stream` runs a
-fresh `guided.generation.Generation`. Sessions are not shared between threads; constraints are.
+A session holds a `guided.Constraint` (compiled once through the shared `GrammarCache`, immutable,
+shareable), one double-buffered bitmask, the low-level calls' matcher and a default for speculation.
+Each `generate`/`stream` fills the one `coreai.service.GenerationRequest`, gets its job from
+`coreai.service.prepare` as the CLI and the server do, and runs it alone (`coreai.service.run`).
+Sessions are not shared between threads; constraints are.
 """
 
 from __future__ import annotations
@@ -13,41 +15,47 @@ from typing import cast
 
 import mlx.core as mx
 
-from guided.bitmask import TokenBitmask
-from guided.constraint import Constraint
-from guided.prompt import describe_in_prompt, render_prompt
-from guided.request import Prepared, stream
-from guided.result import GuidedResult
-from guided.strategy import ConstrainedDecodingStrategy
+from coreai.service.prepare import prepare
+from coreai.service.request import GenerationRequest, Names
+from coreai.service.run import stream
+from guided import ConstrainedDecodingStrategy, Constraint, Generation, GuidedResult, TokenBitmask, describe_in_prompt
 from runtime.drafters import make_drafter
 from runtime.errors import ParameterError
 from runtime.reasoning import ReasoningPlan
-from runtime.sampling import SamplingParams
+from runtime.sampling import SamplingParams, given_sampling
 from runtime.sequence import Delta
 
+# The Python API's names of the fields a refusal may blame: its own keyword arguments.
+SESSION_NAMES = Names(messages="prompt", max_tokens="max_tokens")
 
-class ConstrainedSession(Constraint):
-    """Guided generation on `model`: a `guided.constraint.Constraint` (whose docstring says what each
+
+class ConstrainedSession:
+    """Guided generation on `model`: a `guided.Constraint` (whose docstring says what each
     constraint and option means: exactly one of schema=, json_object=, regex=, choices=, grammar=,
-    or tools= with an optional answer format) with generation at hand.
+    or tools= with an optional answer format) with generation at hand. The constraint is
+    `self.constraint`; its read-only attributes (`compiled`, `spec`, `tools`, `report`,
+    `tokenizer_info`, `json_spec`, ...) read through the session too.
 
     speculative (None): the default for `stream`/`generate`: "prompt_lookup", "draft" (the model's
         `draft`), a draft `Model`, or None (see `runtime.speculative`); the output does not change.
-
-    The session is a facade over the one guided path: the constraint (compiled, shared) and a
-    `guided.generation.Generation` per generation (strategy, tracker, verdict), which the CLI and
-    the server use the same way.
 
     Raises SchemaError (pointer), UnsupportedSchemaFeature (keyword, pointer), GrammarError, ParameterError.
     """
 
     def __init__(self, model, *, speculative=None, **constraint):
-        super().__init__(model, **constraint)
+        self.constraint = Constraint(model, **constraint)
+        self.model = model
         if isinstance(speculative, str):
             make_drafter(speculative, model)  # an unknown option fails here, not at the first generation
         self.speculative = speculative
         self._bitmask: TokenBitmask | None = None
         self.matcher = self.compiled.matcher()  # the low-level calls' state
+
+    def __getattr__(self, name: str):
+        # Only reached for names the session lacks: the constraint's attributes, read-only here.
+        if name == "constraint":  # not set yet (an error in __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self.constraint, name)
 
     @property
     def bitmask(self) -> TokenBitmask:
@@ -60,14 +68,14 @@ class ConstrainedSession(Constraint):
     def prompt(self, prompt, chat_template: bool = True):
         """`prompt` with the schema's description when `schema_in_prompt` is on (`guided.prompt.
         describe_in_prompt`); token ids and other prompts are unchanged."""
-        return describe_in_prompt(self, prompt, chat_template)
+        return describe_in_prompt(self.constraint, prompt, chat_template)
 
     def strategy(
         self, sampling: SamplingParams | None = None, logprobs: bool = False, reasoning: ReasoningPlan | None = None
     ) -> ConstrainedDecodingStrategy:
         """A fresh `ConstrainedDecodingStrategy` for a decoding loop of one's own, filling this
         session's bitmask (one generation at a time); `reasoning`: its plan (`plan()`)."""
-        return self.generation(sampling, logprobs, reasoning, self.bitmask).strategy
+        return Generation(self.constraint, sampling, logprobs, reasoning, self.bitmask).strategy
 
     def stream(
         self, prompt, *, max_tokens: int = 256, sampling: SamplingParams | None = None, **kwargs
@@ -76,22 +84,34 @@ class ConstrainedSession(Constraint):
 
         prompt: text, chat messages or token ids (as `Model.stream`). Sampling is `sampling`, or
         built from keyword fields of `SamplingParams` (`temperature=`, `top_p=`, `seed=`,
-        `frequency_penalty=`, ...; greedy by default). Other keyword arguments go to `Model.stream`
-        (e.g. `tools`, `cancel`, `prompt_cache`, `chat_template`, `logprobs`, `speculative`, `stop`,
-        `chat_template_kwargs`). Raises ParameterError for bad parameters (also for sampling= beside
-        sampling fields).
+        `frequency_penalty=`, ...; greedy by default). `tools` (the template's), `chat_template`,
+        `chat_template_kwargs`, `logprobs`, `speculative` and `stop` fill the request with the rest;
+        other keyword arguments go to `Model.stream` (`cancel`, `prompt_cache`). The job is the one
+        `coreai.service.prepare` makes for the CLI and the server (budget cut at the context).
+        Raises ParameterError for bad parameters (also for sampling= beside sampling fields) and
+        `coreai.service.RequestError` for a prompt the template cannot render or that fills the context.
         """
-        fields = {k: kwargs.pop(k) for k in list(kwargs) if k in SamplingParams.__dataclass_fields__}
+        fields = given_sampling({k: kwargs.pop(k) for k in list(kwargs) if k in SamplingParams.__dataclass_fields__})
         if sampling is not None and fields:
             raise ParameterError(
                 f"give either sampling= or sampling fields ({', '.join(fields)}), not both", "sampling"
             )
-        sampling = sampling or SamplingParams(**fields)
-        kwargs.setdefault("speculative", self.speculative)
-        template = {k: kwargs.pop(k) for k in ("chat_template", "tools", "chat_template_kwargs") if k in kwargs}
-        rendered = render_prompt(self.model, self, prompt, **template)
-        prepared = Prepared(rendered.ids, rendered.reasoning, self)
-        yield from stream(self.model, prepared, sampling, max_tokens=max_tokens, bitmask=self.bitmask, **kwargs)
+        given = dict(vars(sampling)) if sampling is not None else fields
+        template = {k: kwargs.pop(k) for k in ("chat_template", "chat_template_kwargs") if k in kwargs}
+        request = GenerationRequest(
+            messages=prompt,
+            names=SESSION_NAMES,
+            sampling=given,
+            max_tokens=max_tokens,
+            stop=kwargs.pop("stop", None) or [],
+            tools=kwargs.pop("tools", None),
+            constraint=self.constraint,
+            logprobs=kwargs.pop("logprobs", False),
+            speculative=kwargs.pop("speculative", self.speculative),
+            **template,
+        )
+        job = prepare(self.model, request)
+        yield from stream(self.model, job, bitmask=self.bitmask, **kwargs)
 
     def generate(self, prompt, **kwargs) -> GuidedResult:
         """Run one constrained generation to the end; arguments as `stream`. Returns a `GuidedResult`."""

@@ -2,12 +2,10 @@
 
 `ReplyEvents` reads a choice's `Piece`s (the worker's output) and its final `GenerationResult`
 into events: `ReasoningDelta`, `ContentDelta`, `CallOpened`, `CallArguments` (a fragment of a
-call's arguments), `CallDone` and last `Finish`, which carries the `Outcome`. The outcome is decided
-once, in `guided.outcome` (the verdict's, or `free_outcome` for free text); a streamed reply ends
-with it and a whole reply is rendered from it (`outcome_of` folds the same events), so the two
-never disagree. The chat chunks
-(`replies.ChatReply`) and the Responses events (`responses_stream`) are renderers of these events;
-neither reads the other's output.
+call's arguments), `CallDone` and last `Finish`, which carries guided's `Outcome`. The outcome is
+decided once, in `guided.outcome` (the verdict's, or `free_outcome` for free text); a streamed reply
+ends with it and a whole reply is rendered from it (`finish_of` folds the same events), so the two
+never disagree. Each server dialect renders these events; none reads another's output.
 
 Log-probabilities ride on the events that carry decoded text: the entries of the tokens decoded
 since the last such event (a piece whose text is all reasoning, or held back, passes its entries on).
@@ -20,15 +18,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from coreai.server.engine import Piece, TokenLogprob
-from coreai.server.queue import Job
-from guided import Constraint, GuidedResult, free_outcome
-from guided.outcome import Outcome as GuidedOutcome
-from guided.tools.calls import CallStream, ToolCall
+from coreai.service.engine import Piece, TokenLogprob
+from coreai.service.worker import Job
+from guided import Constraint, GuidedResult, Outcome, free_outcome
+from guided.tools import CallStream, ToolCall
 from runtime import GenerationResult
 from runtime.reasoning import ReasoningPlan
 
-log = logging.getLogger("coreai.server")
+log = logging.getLogger("coreai.service")
 
 
 @dataclass(frozen=True)
@@ -85,44 +82,57 @@ class CutCall:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """How one generation ended, as a reply renders it: guided's `Outcome` (decided once there) and
-    what the stream adds. finish_reason: OpenAI's ("stop", "length", "tool_calls", "error");
-    content: the answer's text (None when there are only calls); reasoning: a thinking model's block,
-    or None, and its tokens; calls: the complete calls; cut: a call the budget cut (never in `calls`); refusal: why
-    a constrained output is not presented as valid, or None; logprobs: every decoded token's."""
-
-    result: GenerationResult
-    finish_reason: str
-    content: str | None
-    reasoning: str | None
-    reasoning_tokens: int
-    calls: list[ToolCall]
-    cut: list[CutCall]
-    refusal: str | None
-    logprobs: list[TokenLogprob]
-
-
-@dataclass(frozen=True)
 class Finish:
-    """The last event. logprobs: the entries no earlier event carried."""
+    """The last event: guided's `Outcome` (decided once there: finish, content, reasoning and its
+    tokens, calls, refusal, enforcement) and what only the stream knows: the `result` (usage,
+    timings, stop string), the calls the budget `cut` (never among the outcome's calls), every
+    decoded token's `logprobs`, and the entries no earlier event carried (`pending`)."""
 
     outcome: Outcome
+    result: GenerationResult
+    cut: list[CutCall] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    pending: list[TokenLogprob] = field(default_factory=list)
+
+    @property
+    def finish_reason(self) -> str:
+        """ "stop", "length", "tool_calls" or "error" (`guided.outcome`)."""
+        return self.outcome.finish
+
+    @property
+    def content(self) -> str | None:
+        """The answer's text; None when the reply is calls only (as OpenAI sends it)."""
+        return self.outcome.content if self.outcome.content or not self.outcome.tool_calls else None
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return self.outcome.tool_calls
+
+    @property
+    def reasoning(self) -> str | None:
+        return self.outcome.reasoning
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.outcome.reasoning_tokens
+
+    @property
+    def refusal(self) -> str | None:
+        return self.outcome.refusal
 
 
 Event = ReasoningDelta | ContentDelta | CallOpened | CallArguments | CallDone | Finish
 
 
-def decide(result: GenerationResult, reasoning: ReasoningPlan | None = None) -> GuidedOutcome:
-    """guided's outcome of `result`: the verdict's for a constrained result, else `free_outcome`
-    with the generation's reasoning plan. An "error" is logged (the engine's or the final check's
-    message, or a cancelled generation nobody heard)."""
-    decided = result.outcome if isinstance(result, GuidedResult) else free_outcome(result, reasoning)
-    assert decided is not None  # a GuidedResult comes out of the verdict, its outcome set
-    if decided.finish == "error":
+def decided(result: GenerationResult, reasoning: ReasoningPlan | None = None) -> Outcome:
+    """guided's outcome of `result`: the verdict's for a constrained result (decided there), else
+    `free_outcome` with the generation's reasoning plan. An "error" is logged (the engine's or the
+    final check's message, or a cancelled generation nobody heard)."""
+    outcome = result.outcome if isinstance(result, GuidedResult) else free_outcome(result, reasoning)
+    assert outcome is not None  # a GuidedResult comes out of the verdict, its outcome set
+    if outcome.finish == "error":
         log.warning("generation ended with %s: %s", result.finish_reason, result.error)
-    return decided
+    return outcome
 
 
 class ReplyEvents:
@@ -183,28 +193,16 @@ class ReplyEvents:
                 events += self._call(call, ids, carry=False)
         if self.open is not None:
             events.append(CallDone(self.open, self.open in {c.index for c in complete}))
-        outcome = self._outcome(result)
-        events.append(Finish(outcome, self._take()))
+        events.append(self._finish(result))
         return events
 
-    def _outcome(self, result: GenerationResult) -> Outcome:
-        """The reply's outcome: guided's decision (`guided.outcome`: the verdict's for a constrained
-        result, `free_outcome` for free text), with what only the stream knows: the cut calls'
-        decoded arguments and every token's log-probabilities."""
-        decided = decide(result, self.reasoning)
-        done = {c.index for c in decided.tool_calls}
+    def _finish(self, result: GenerationResult) -> Finish:
+        """The last event: guided's outcome (`decided`) with the cut calls' decoded arguments and
+        every token's log-probabilities."""
+        outcome = decided(result, self.reasoning)
+        done = {c.index for c in outcome.tool_calls}
         cut = [CutCall(i, *opened) for i, opened in self.opened.items() if i not in done]
-        return Outcome(
-            result=result,
-            finish_reason=decided.finish,
-            content=decided.content if decided.content or not decided.tool_calls else None,
-            reasoning=decided.reasoning,
-            reasoning_tokens=decided.reasoning_tokens,
-            calls=decided.tool_calls,
-            cut=cut,
-            refusal=decided.refusal,
-            logprobs=self.logprobs,
-        )
+        return Finish(outcome, result, cut, self.logprobs, self._take())
 
     def _take(self, carry: bool = True) -> list[TokenLogprob]:
         if not carry:
@@ -239,7 +237,7 @@ async def job_events(
 ) -> AsyncIterator[Event]:
     """The events of `job`'s generation as it runs (the caller cancels the job when it stops
     reading). observe: sees every piece and the result as they come, before their events (a
-    renderer's extension, e.g. `coreai.server.provenance`)."""
+    renderer's extension: chat's token provenance)."""
     result = None
     while (item := await job.get()) is not Job.END:
         if observe is not None:
@@ -253,10 +251,11 @@ async def job_events(
         yield event
 
 
-def outcome_of(pieces: list[Piece], result: GenerationResult, events: ReplyEvents) -> Outcome:
-    """The outcome of a whole (collected) generation: the same events, folded."""
+def finish_of(pieces: list[Piece], result: GenerationResult, events: ReplyEvents) -> Finish:
+    """The `Finish` of a whole (collected) generation: the same events, folded, so a whole reply
+    and a stream never disagree."""
     for piece in pieces:
         events.feed(piece)
     finish = events.end(result)[-1]
     assert isinstance(finish, Finish)  # with a result, the last event is the Finish
-    return finish.outcome
+    return finish

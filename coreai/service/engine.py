@@ -1,4 +1,4 @@
-"""The model behind the server: the worker thread (`coreai.server.queue.Worker`, which owns the
+"""The model behind the service: the worker thread (`coreai.service.worker.Worker`, which owns the
 engine) steps one batch of generations (`runtime.batch.BatchGenerator`), up to `max_batch` decoding
 together, with a prefix cache of several entries (mlx-lm's `LRUPromptCache`, bounded in bytes). A
 constrained request is a row driven by a `guided.Generation` of its `guided.Constraint` and gets that
@@ -19,16 +19,15 @@ from typing import cast
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
 
-from coreai.server.queue import Job
-from guided import Constraint
-from guided.generation import Generation
-from runtime import Model, SamplingParams, SamplingStrategy, make_drafter
+from coreai.service.job import GenerationJob
+from coreai.service.worker import Job
+from guided import Generation
+from runtime import Model, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
 from runtime.distributed import prefix_cache_agrees
-from runtime.reasoning import ReasoningPlan
 from runtime.strategy import DecodingStrategy
 
-log = logging.getLogger("coreai.server")
+log = logging.getLogger("coreai.service")
 
 
 @dataclass
@@ -52,45 +51,12 @@ class Piece:
     logprobs: list[TokenLogprob] | None = None
     parts: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
     call_ids: tuple[str, ...] = ()
-    provenance: list[tuple[int, str]] | None = None  # (token id, `runtime.Delta.origins` entry), if asked
-
-
-@dataclass
-class GenerationParams:
-    """One generation as the worker runs it.
-
-    prompt_ids: token ids of the rendered prompt. max_tokens: completion budget (tokens).
-    constraint: the compiled constraint on the output (`guided.Constraint`), or None for free text.
-    logprobs: return per-token logprobs; top_logprobs: how many alternatives (0-20) with each.
-    speculative: the speculative-decoding option of `Model.stream` ("prompt_lookup", "draft", None).
-    reasoning: the generation's reasoning plan (`runtime.reasoning.plan_reasoning`: a thinking
-        model's block, its budget), or None.
-    """
-
-    prompt_ids: list[int]
-    sampling: SamplingParams
-    max_tokens: int
-    stop: list[str]
-    constraint: Constraint | None = None
-    logprobs: bool = False
-    top_logprobs: int = 0
-    speculative: str | None = None
-    reasoning: ReasoningPlan | None = None
-    provenance: bool = False  # the request's `token_provenance`: pieces carry each token's origin
-
-    def choices(self, n: int) -> list[GenerationParams]:
-        """The generations of a request's `n` choices: choice i is seeded `seed + i` (mod 2**64), so
-        seeded choices differ from each other and repeat from request to request; they share the
-        constraint (each row gets its own generation and bitmask, see `Engine.start`)."""
-        if self.sampling.seed is None:
-            return [self] * n
-        seeds = [(self.sampling.seed + i) % 2**64 for i in range(n)]
-        return [dataclasses.replace(self, sampling=dataclasses.replace(self.sampling, seed=seed)) for seed in seeds]
+    origins: list[tuple[int, str]] | None = None  # (token id, `runtime.Delta.origins` entry), if asked
 
 
 class Engine:
-    """A model, its batch of generations and the prefix cache: the `coreai.server.queue.Batch` the
-    worker steps (a job's params are `GenerationParams`; each Job yields `Piece`s then the result).
+    """A model, its batch of generations and the prefix cache: the `coreai.service.worker.Batch` the
+    worker steps (a job's params are a `GenerationJob`; each Job yields `Piece`s then the result).
 
     max_batch: requests decoding together (>= 1). prompt_cache_bytes: the prefix cache's bound in
     bytes of KV cache (0 turns it off; on a distributed model, bytes of this rank's shard of it).
@@ -117,11 +83,11 @@ class Engine:
     def start(self, job: Job) -> None:
         """Add a job's generation to the batch (on the worker thread: generations allocate their
         bitmask there). Raises ValueError for bad parameters."""
-        p: GenerationParams = job.params
+        p: GenerationJob = job.params
         strategy: DecodingStrategy
         if p.constraint is not None:
             # Buffers of its own: the n choices of a request share its constraint and run at once.
-            self._generations[job] = p.constraint.generation(p.sampling, p.logprobs, p.reasoning)
+            self._generations[job] = Generation(p.constraint, p.sampling, p.logprobs, p.reasoning)
             strategy = self._generations[job].strategy
         else:
             strategy = SamplingStrategy(p.sampling, want_logprobs=p.logprobs, padding_mask=self.model.padding_mask)
@@ -160,10 +126,10 @@ class Engine:
         job, p = row.tag, row.tag.params
         logprobs = _token_logprobs(delta.token_ids, delta.logprobs, p.top_logprobs) if p.logprobs else None
         generation = self._generations.get(job)
-        provenance = list(zip(delta.token_ids, delta.origins, strict=False)) if p.provenance else None
-        if delta.text or logprobs or provenance:  # with tools, the ids of the calls streamed so far
+        origins = list(zip(delta.token_ids, delta.origins, strict=False)) if p.origins else None
+        if delta.text or logprobs or origins:  # with tools, the ids of the calls streamed so far
             call_ids = generation.call_ids if generation is not None else ()
-            job.put(Piece(delta.text, logprobs, delta.parts, call_ids, provenance))
+            job.put(Piece(delta.text, logprobs, delta.parts, call_ids, origins))
         if delta.result is None:
             return
         r = delta.result

@@ -1,5 +1,5 @@
 """The Responses event stream of one generation: a renderer of its neutral events
-(`coreai.server.events`).
+(`coreai.service.events`).
 
 Events, in the order and with the names of OpenAI's stream (each with a `sequence_number` from 0):
 `response.created`, `response.in_progress`; per output item `response.output_item.added`, then for
@@ -10,7 +10,7 @@ function call `response.function_call_arguments.delta` (the argument fragments a
 `response.output_item.done` (a call cut by max_output_tokens is `incomplete`). The last
 event is `response.completed`, `response.incomplete` (cut by max_output_tokens) or `response.failed`
 (a constrained output that failed: the text already streamed is not valid), carrying the whole
-response: `ResponseBuilder.render` of the generation's `Outcome`, as a whole reply is, with the ids
+response: `ResponseBuilder.render` of the generation's `Finish`, as a whole reply is, with the ids
 of the items streamed. A server fault mid-stream is an `error` event.
 """
 
@@ -18,21 +18,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from coreai.server import responses_schemas as r
-from coreai.server.events import (
-    CallArguments,
-    CallDone,
-    CallOpened,
-    ContentDelta,
-    Finish,
-    ReasoningDelta,
-    ReplyEvents,
-    job_events,
-)
-from coreai.server.queue import Job
-from coreai.server.replies import chat_logprobs
-from coreai.server.responses_schemas import new_id
+from coreai.server.openai.family import chat_logprobs
+from coreai.server.responses import schemas as r
+from coreai.server.responses.schemas import new_id
 from coreai.server.streaming import named_sse
+from coreai.service import Finish, Job, ReplyEvents, job_events
+from coreai.service.events import CallArguments, CallDone, CallOpened, ContentDelta, ReasoningDelta
 
 FINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 
@@ -138,10 +129,10 @@ class _Renderer:
 
     def finish(self, event: Finish):
         """The open text item closed with the status the outcome gives it, then the final response."""
-        final = self.builder.render(event.outcome, self.ids)
+        final = self.builder.render(event, self.ids)
         if self.current is not None:
             statuses = {item.id: item.status for item in final.output}
-            cut = event.outcome.finish_reason in ("length", "error")
+            cut = event.finish_reason in ("length", "error")
             yield from self.close_text(statuses.get(self.current.item.id, "incomplete" if cut else "completed"))
         yield {"type": FINAL[final.status], "response": final.model_dump()}
 

@@ -1,13 +1,13 @@
 """OpenAI's shapes of tool calls: the calls of a reply (`guided.tools.calls.ToolCall`) as a message's
-`tool_calls`, and the call events (`coreai.server.events`) as streamed `tool_calls` deltas. The
+`tool_calls`, and the call events (`coreai.service.events`) as streamed `tool_calls` deltas. The
 grammar, the call boundaries, the call ids and the verdict are `guided`'s
 (`ConstrainedSession(tools=...)`); this module only maps them."""
 
 from __future__ import annotations
 
-from coreai.server import reply_schemas as o
-from coreai.server.events import CallArguments, CallOpened
-from guided.tools.calls import ToolCall
+from coreai.server.openai import reply_schemas as o
+from coreai.service.events import CallArguments, CallOpened
+from guided.tools import ToolCall
 
 
 def message_tool_calls(calls: list[ToolCall]) -> list[o.ResponseToolCall | o.ResponseCustomToolCall] | None:

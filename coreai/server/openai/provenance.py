@@ -18,7 +18,7 @@ text is in the content (or a tool call's markup) of the chunk that lists it or a
 
 from __future__ import annotations
 
-from coreai.server.engine import Piece
+from coreai.service.engine import Piece
 from runtime import GenerationResult, Tokenizer
 
 MAX_CHARACTER_TOKENS = 4  # a UTF-8 character has at most 4 bytes, so spans at most 4 byte-level tokens
@@ -39,7 +39,7 @@ class Provenance:
         if isinstance(item, GenerationResult):
             self.results[index] = item
         else:
-            entries = [{"id": t, "token": self._text(index, t), "origin": o} for t, o in item.provenance or []]
+            entries = [{"id": t, "token": self._text(index, t), "origin": o} for t, o in item.origins or []]
             self.pending.setdefault(index, []).extend(entries)
 
     def _text(self, index: int, token: int) -> str:

@@ -1,42 +1,58 @@
-"""`POST /v1/responses`, OpenAI's Responses API, on the chat completions' guided path.
+"""`POST /v1/responses`, OpenAI's Responses API, on the one dispatch skeleton.
 
-A Responses request, validated once as such, is mapped to the front-end neutral `GenerationRequest`
-(`responses_request.generation_request`: instructions and input items to messages, `text.format`
-to the answer's format, flat function tools, ...; its errors name the Responses fields), prepared,
-constrained and queued by the same code as `/v1/chat/completions` (`Preparer.prepare`,
-`api.submit`). The generation's `Outcome` (`coreai.server.events`) becomes output items
+A Responses request, validated once as such, is mapped to the service's `GenerationRequest`
+(`request.generation_request`: instructions and input items to messages, `text.format` to the
+answer's format, flat function tools, ...; its errors name the Responses fields), prepared,
+constrained and queued as every dialect's are (`coreai.server.dispatch`). The generation's
+`Finish` (`coreai.service.events`) becomes output items
 (`ResponseBuilder.render`): `reasoning`, `message` with `output_text`, `function_call`s and
 `custom_tool_call`s (a custom tool's raw input). A
 generation cut by `max_output_tokens` is `incomplete`; a constrained output that failed
 (finish_reason "error") is `failed` with `error` and no output, never `completed` with invalid
-text. `stream: true` is the Responses event stream (`coreai.server.responses_stream`), rendered from
-the same events, ending with the same outcome.
+text. `stream: true` is the Responses event stream (`coreai.server.responses.stream`), rendered
+from the same events, ending with the same outcome. Stored responses (`store` not false) live in
+the app's `ResponseStore` (`app.state.responses`, made by `install`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Literal, cast
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, cast
 
-from fastapi import APIRouter, Query, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.responses import JSONResponse
 
-from coreai.server import responses_schemas as r
-from coreai.server.api import ERROR_RESPONSES, Server, check_model, submit
-from coreai.server.constraints import enforcement_headers
+from coreai.server.dispatch import ERROR_RESPONSES, Collected, Server, dispatch
 from coreai.server.errors import APIError
-from coreai.server.events import Outcome, ReplyEvents, outcome_of
-from coreai.server.replies import chat_logprobs, usage_info
-from coreai.server.response_store import output_messages
-from coreai.server.responses_request import generation_request
-from coreai.server.responses_schemas import new_id
-from coreai.server.responses_stream import events, sse_events
-from coreai.server.streaming import collect
-from guided.tools.calls import ToolCall
+from coreai.server.guard import require_api_key
+from coreai.server.openai.family import chat_logprobs, usage_info
+from coreai.server.responses import schemas as r
+from coreai.server.responses.request import generation_request
+from coreai.server.responses.schemas import new_id
+from coreai.server.responses.store import ResponseStore, output_messages
+from coreai.server.responses.stream import events, sse_events
+from coreai.server.state import ServerState
+from coreai.service import Finish, GenerationJob, GenerationRequest, Job, ReplyEvents, finish_of
+from guided.tools import ToolCall
 from runtime import GenerationResult
 
-router = APIRouter()
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
+
+
+def install(app: FastAPI) -> None:
+    """Mount the Responses routes and their store on `app`."""
+    app.state.responses = ResponseStore()
+    app.include_router(router)
+
+
+def response_store(request: Request) -> ResponseStore:
+    """Dependency: the app's store of responses."""
+    return request.app.state.responses
+
+
+Store = Annotated[ResponseStore, Depends(response_store)]
 ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
@@ -98,7 +114,7 @@ class ResponseBuilder:
             return self.response("incomplete", output, output_text=text, incomplete_details=incomplete, usage=usage)
         return self.response("completed", output, output_text=text, usage=usage)
 
-    def items(self, outcome: Outcome, ids: dict | None = None) -> list[r.OutputItem]:
+    def items(self, outcome: Finish, ids: dict | None = None) -> list[r.OutputItem]:
         """The output items of `outcome`: reasoning, message, the complete calls ("completed") and a
         call cut by the budget ("incomplete"). A text item is "incomplete" when the generation was
         cut or failed and nothing followed it. ids: the items' ids streamed already ("reasoning",
@@ -136,42 +152,72 @@ class ResponseBuilder:
             )
         return items
 
-    def render(self, outcome: Outcome, ids: dict | None = None) -> r.Response:
+    def render(self, outcome: Finish, ids: dict | None = None) -> r.Response:
         """The final response of `outcome` (whole, or the stream's last event; `ids` as in `items`)."""
         return self.finished(self.items(outcome, ids), outcome.finish_reason, outcome.result, outcome.reasoning_tokens)
 
 
+@dataclass
+class ResponsesCall:
+    """A Responses request on the dispatch skeleton; `conversation` is filled by `generation` (the
+    turns to store with the response)."""
+
+    body: r.ResponseCreateRequest
+    server: ServerState
+    store: ResponseStore
+    conversation: list[dict] = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return self.body.model
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.stream)
+
+    def generation(self) -> GenerationRequest:
+        history = []
+        if self.body.previous_response_id is not None:
+            previous = self.store.get(self.body.previous_response_id)
+            if previous is None:
+                raise not_found(self.body.previous_response_id, "previous_response_id")
+            history = previous.messages
+        generation, self.conversation = generation_request(self.body, history)
+        return generation
+
+    def reply(self, job: GenerationJob) -> ResponsesReply:
+        return ResponsesReply(self, job)
+
+
+class ResponsesReply:
+    """The one choice of a Responses request, whole or as the event stream; the final response is
+    stored unless the request said `store: false`."""
+
+    def __init__(self, call: ResponsesCall, job: GenerationJob):
+        req, server = call.body, call.server
+        self.builder = ResponseBuilder(req, server.name, server.model.tokenizer, job.logprobs)
+        self.events = ReplyEvents(job.constraint, job.reasoning)
+        self.keep = None
+        if req.store is not False:
+            items, store, conversation = input_items(req), call.store, call.conversation
+            self.keep = lambda final: store.put(final, conversation + output_messages(final["output"]), items)
+
+    def sse(self, jobs: list[Job]) -> AsyncIterator[str]:
+        [job] = jobs
+        return sse_events(stored(events(self.builder, self.events, job), self.keep))
+
+    def complete(self, collected: Collected) -> dict:
+        [(pieces, result)] = collected
+        body = self.builder.render(finish_of(pieces, result, self.events)).model_dump()
+        if self.keep is not None:
+            self.keep(body)
+        return body
+
+
 @router.post("/responses", response_model=r.Response, responses=ERROR_RESPONSES)
-async def create_response(req: r.ResponseCreateRequest, request: Request, server: Server):
+async def create_response(req: r.ResponseCreateRequest, request: Request, server: Server, store: Store):
     """OpenAI Responses (stream: SSE of Responses events, `response.created` ... `response.completed`)."""
-    check_model(server, req.model)
-    history = []
-    if req.previous_response_id is not None:
-        previous = server.responses.get(req.previous_response_id)
-        if previous is None:
-            raise not_found(req.previous_response_id, "previous_response_id")
-        history = previous.messages
-    generation, conversation = generation_request(req, history)
-    params, constraint = await run_in_threadpool(server.preparer.prepare, generation)
-    [job] = submit(server, params, 1)
-    reply = ReplyEvents(constraint, params.reasoning)
-    headers = enforcement_headers(constraint) if constraint else {}
-    builder = ResponseBuilder(req, server.name, server.model.tokenizer, generation.logprobs)
-    keep = None
-    if req.store is not False:
-        items = input_items(req)
-        keep = lambda final: server.responses.put(final, conversation + output_messages(final["output"]), items)  # noqa: E731
-    if req.stream:
-        stream = events(builder, reply, job)
-        return StreamingResponse(sse_events(stored(stream, keep)), media_type="text/event-stream", headers=headers)
-    outcomes = await collect([job], request)
-    if outcomes is None:
-        return JSONResponse({}, status_code=499)  # the client is gone; nobody reads this
-    [(pieces, result)] = outcomes
-    body = builder.render(outcome_of(pieces, result, reply)).model_dump()
-    if keep is not None:
-        keep(body)
-    return JSONResponse(body, headers=headers)
+    return await dispatch(server, request, ResponsesCall(req, server, store))
 
 
 async def stored(stream, keep):
@@ -189,9 +235,9 @@ def not_found(response_id: str, param: str) -> APIError:
 
 
 @router.get("/responses/{response_id}", response_model=r.Response, responses=ERROR_RESPONSES)
-async def get_response(response_id: str, server: Server):
+async def get_response(response_id: str, store: Store):
     """A stored response (`store` was not false), as it was sent; a 404 when unknown or evicted."""
-    entry = server.responses.get(response_id)
+    entry = store.get(response_id)
     if entry is None:
         raise not_found(response_id, "response_id")
     return JSONResponse(entry.response)
@@ -200,7 +246,7 @@ async def get_response(response_id: str, server: Server):
 @router.get("/responses/{response_id}/input_items", responses=ERROR_RESPONSES)
 async def list_input_items(
     response_id: str,
-    server: Server,
+    store: Store,
     limit: int = Query(20, ge=1, le=100),
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
@@ -208,7 +254,7 @@ async def list_input_items(
     """The input items of a stored response (its `input`, ids given when it was stored), as OpenAI
     pages them: newest first by default, at most `limit`, after the item `after`; a 404 when the
     response is unknown or evicted."""
-    entry = server.responses.get(response_id)
+    entry = store.get(response_id)
     if entry is None:
         raise not_found(response_id, "response_id")
     items = entry.input_items if order == "asc" else entry.input_items[::-1]
@@ -240,8 +286,8 @@ def input_items(req: r.ResponseCreateRequest) -> list[dict]:
 
 
 @router.delete("/responses/{response_id}", responses=ERROR_RESPONSES)
-async def delete_response(response_id: str, server: Server):
+async def delete_response(response_id: str, store: Store):
     """Forget a stored response; a 404 when unknown or evicted."""
-    if not server.responses.delete(response_id):
+    if not store.delete(response_id):
         raise not_found(response_id, "response_id")
     return {"id": response_id, "object": "response", "deleted": True}

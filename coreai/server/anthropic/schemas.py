@@ -7,7 +7,7 @@ Content blocks are discriminated by `type`; the blocks this server reads are tex
 `tool_result`, `thinking` and `redacted_thinking` (passed back, not shown to the model); `image`
 and `document` blocks validate and are refused by the mapping (`messages_request`), naming the
 block, since the models served here read text only. Server tools (a `type` other than "custom")
-are refused the same way. Replies and stream events are plain dicts (`coreai.server.messages`).
+are refused the same way. Replies and stream events are plain dicts (`coreai.server.anthropic.reply`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
-from coreai.server.schemas import FUNCTION_NAME, Body, Request
+from coreai.server.bodies import FUNCTION_NAME, Body, Request
 
 
 class CacheControl(Request):

@@ -1,46 +1,11 @@
-"""The server's side of a request's constraint: the answer format its body asks for
-(`structured_options`, which the front ends put in `guided.request.GenerationRequest.answer`) and
-the enforcement report a reply carries in its headers (`enforcement_headers`). `guided.request`
-compiles the constraint, on the request's thread, so a bad schema is a 400 before the request queues;
-it never falls back to free text."""
+"""The enforcement report a constrained reply carries in its headers (`enforcement_headers`), in
+every dialect: how each keyword of its schema is enforced."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from coreai.server.errors import bad_request
-from coreai.server.schemas import JsonObjectFormat, JsonSchemaFormat, SamplingFields
-from guided import Constraint
-from guided.enforcement import GRAMMAR
-
-if TYPE_CHECKING:
-    from coreai.server.responses_schemas import ResponseCreateRequest
-
-
-def structured_options(req: SamplingFields | ResponseCreateRequest, response_format=None) -> tuple[str, dict] | None:
-    """(the parameter to name in errors, the `guided.Constraint` options) of `response_format`
-    (chat) or `structured_outputs` (both endpoints); None for free text."""
-    if req.structured_outputs is not None and response_format is not None and response_format.type != "text":
-        raise bad_request("give either response_format or structured_outputs, not both", "structured_outputs")
-    if isinstance(response_format, JsonObjectFormat):
-        if response_format.schema_ is not None:  # llama.cpp's json_object with a schema: that schema
-            return "response_format.schema", {"schema": response_format.schema_}
-        return "response_format", {"json_object": True}
-    if isinstance(response_format, JsonSchemaFormat):
-        spec = response_format.json_schema
-        # OpenAI's `strict: false` allows keys the schema does not declare; otherwise objects are closed.
-        return "response_format.json_schema.schema", {"schema": spec.schema_, "strict": spec.strict is not False}
-    so = req.structured_outputs
-    if so is None:
-        return None
-    if so.json_ is not None:
-        return "structured_outputs.json", {"schema": so.json_}
-    if so.regex is not None:
-        return "structured_outputs.regex", {"regex": so.regex}
-    if so.choice is not None:
-        return "structured_outputs.choice", {"choices": so.choice}
-    return "structured_outputs.grammar", {"grammar": so.grammar}
+from guided import GRAMMAR, Constraint
 
 
 def enforcement_headers(constraint: Constraint) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Request and response bodies of OpenAI's Responses API (`POST /v1/responses`), as pydantic models.
 
-Requests are strict and forbid unknown fields, like `coreai.server.schemas`: a field this server
+Requests are strict and forbid unknown fields, like `coreai.server.openai.schemas`: a field this server
 cannot honour (`background`, `conversation`, `prompt`, ...) is a 400 naming
 it. Input items are discriminated by `type` (an item without one is a message, as OpenAI reads it),
 content parts and tools by `type`, so a bad item gets one error naming its location. A built-in tool
@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from coreai.server.reply_schemas import TokenLogprob
-from coreai.server.schemas import FUNCTION_NAME, Body, Request, StructuredOutputs
+from coreai.server.bodies import FUNCTION_NAME, Body, Request
+from coreai.server.openai.family import StructuredOutputs, TokenLogprob
 
 
 def located_error(loc: tuple, message: str, value: Any) -> ValidationError:
@@ -243,7 +243,7 @@ class ResponseCreateRequest(Body):
     user: str | None = None
     stream: bool = False
     # Stored (the default, as OpenAI's) in the server's bounded in-memory store, for
-    # `previous_response_id` and `GET` / `DELETE /v1/responses/{id}` (`coreai.server.response_store`).
+    # `previous_response_id` and `GET` / `DELETE /v1/responses/{id}` (`coreai.server.responses.store`).
     store: bool | None = None
     previous_response_id: str | None = None
     truncation: Literal["disabled"] | None = None

@@ -1,5 +1,5 @@
 """The Messages API's reply: a renderer of one generation's outcome and neutral events
-(`coreai.server.events`), whole or streamed, in the `anthropic` SDK's shapes.
+(`coreai.service.events`), whole or streamed, in the `anthropic` SDK's shapes.
 
 A whole reply is a `message` with content blocks: `thinking` (a reasoning model's block; its
 `signature` is empty, as nothing here signs), `text`, then `tool_use` per call (`input` the
@@ -22,20 +22,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
-from coreai.server.events import (
-    CallArguments,
-    CallDone,
-    CallOpened,
-    ContentDelta,
-    Finish,
-    Outcome,
-    ReasoningDelta,
-    ReplyEvents,
-    job_events,
-)
-from coreai.server.messages_request import input_json
-from coreai.server.queue import Job
+from coreai.server.anthropic.errors import error_body
+from coreai.server.anthropic.request import input_json
+from coreai.server.dispatch import Collected
 from coreai.server.streaming import named_sse
+from coreai.service import Finish, Job, ReplyEvents, finish_of, job_events
+from coreai.service.events import CallArguments, CallDone, CallOpened, ContentDelta, ReasoningDelta
 from runtime import GenerationResult
 
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "error": "refusal", "stop": "end_turn"}
@@ -45,7 +37,7 @@ def new_message_id() -> str:
     return "msg_" + uuid.uuid4().hex
 
 
-def stop_reason(outcome: Outcome) -> tuple[str, str | None]:
+def stop_reason(outcome: Finish) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence) of `outcome`."""
     stop = outcome.result.stop_string
     if outcome.finish_reason == "stop" and stop is not None:
@@ -76,18 +68,31 @@ def tool_use_block(call_id: str, name: str, arguments: str) -> dict:
     return {"type": "tool_use", "id": call_id, "name": name, "input": input_json(arguments)}
 
 
-def stop_details(outcome: Outcome) -> dict | None:
+def stop_details(outcome: Finish) -> dict | None:
     return None if outcome.refusal is None else {"type": "refusal", "category": None, "explanation": outcome.refusal}
 
 
 class MessageReply:
-    """Renders one generation for a Messages request on `model` (the served name)."""
+    """Renders one generation for a Messages request on `model` (the served name): `events` is its
+    event source, `prompt_tokens` the prompt's length (the stream's first usage)."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, events: ReplyEvents | None = None, prompt_tokens: int = 0):
         self.model = model
         self.id = new_message_id()
+        self.events = events
+        self.prompt_tokens = prompt_tokens
 
-    def message(self, content: list[dict], outcome: Outcome | None = None, start_usage: dict | None = None) -> dict:
+    def sse(self, jobs: list[Job]) -> AsyncIterator[str]:
+        [job] = jobs
+        assert self.events is not None  # a reply of a dispatched request has its event source
+        return sse(self.stream(self.events, job, self.prompt_tokens))
+
+    def complete(self, collected: Collected) -> dict:
+        [(pieces, result)] = collected
+        assert self.events is not None
+        return self.render(finish_of(pieces, result, self.events))
+
+    def message(self, content: list[dict], outcome: Finish | None = None, start_usage: dict | None = None) -> dict:
         """The `message` object: whole (from `outcome`), or the stream's first (no outcome yet)."""
         reason, sequence = stop_reason(outcome) if outcome is not None else (None, None)
         return {
@@ -102,7 +107,7 @@ class MessageReply:
             "usage": usage(outcome.result) if outcome is not None else start_usage,
         }
 
-    def render(self, outcome: Outcome) -> dict:
+    def render(self, outcome: Finish) -> dict:
         """The whole reply of `outcome` (see the module docstring)."""
         content = [thinking_block(outcome.reasoning)] if outcome.reasoning else []
         if outcome.refusal is None:
@@ -140,10 +145,10 @@ class MessageReply:
             job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
 
     def _end(self, event: Finish) -> list[dict]:
-        reason, sequence = stop_reason(event.outcome)
-        delta = {"stop_reason": reason, "stop_sequence": sequence, "stop_details": stop_details(event.outcome)}
+        reason, sequence = stop_reason(event)
+        delta = {"stop_reason": reason, "stop_sequence": sequence, "stop_details": stop_details(event)}
         return [
-            {"type": "message_delta", "delta": delta, "usage": usage(event.outcome.result)},
+            {"type": "message_delta", "delta": delta, "usage": usage(event.result)},
             {"type": "message_stop"},
         ]
 
@@ -180,4 +185,4 @@ class _Blocks:
 def sse(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
     """The Messages stream as server-sent events; a server fault after the first event is an
     `error` event, as Anthropic sends it."""
-    return named_sse(stream, lambda error: error.anthropic_error())
+    return named_sse(stream, error_body)

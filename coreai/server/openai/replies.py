@@ -8,25 +8,14 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import cast
 
-from coreai.server import reply_schemas as o
-from coreai.server import schemas as s
-from coreai.server.engine import Piece, TokenLogprob
-from coreai.server.events import (
-    CallArguments,
-    CallOpened,
-    ContentDelta,
-    Finish,
-    Outcome,
-    ReasoningDelta,
-    ReplyEvents,
-    decide,
-    job_events,
-    outcome_of,
-)
-from coreai.server.provenance import Provenance
-from coreai.server.queue import Job
-from coreai.server.streaming import merge
-from coreai.server.tools import chunk_tool_call, message_tool_calls
+from coreai.server.openai import reply_schemas as o
+from coreai.server.openai import schemas as s
+from coreai.server.openai.provenance import Provenance
+from coreai.server.openai.tools import chunk_tool_call, message_tool_calls
+from coreai.server.streaming import merge, sse
+from coreai.service import Finish, Job, ReplyEvents, decided, finish_of, job_events
+from coreai.service.engine import Piece, TokenLogprob
+from coreai.service.events import CallArguments, CallOpened, ContentDelta, ReasoningDelta
 from guided import Constraint
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningPlan
@@ -65,6 +54,10 @@ class _Reply:
         self.reasoning = reasoning  # the generation's reasoning plan: the reply splits its block off
         self.id = prefix + uuid.uuid4().hex
         self.created = int(time.time())
+
+    def sse(self, jobs: list[Job]) -> AsyncIterator[str]:
+        """`stream` as server-sent events, ending `data: [DONE]`."""
+        return sse(self.stream(jobs))
 
     def frame(self, choices: list[dict]) -> dict:
         """A streamed chunk carrying `choices`."""
@@ -113,7 +106,7 @@ def chat_logprobs(tokenizer, entries: list[TokenLogprob]) -> list[o.TokenLogprob
 
 class ChatReply(_Reply):
     """Renders a chat completion (or its chunks) from its choices' outcomes (or events,
-    `coreai.server.events`)."""
+    `coreai.service.events`)."""
 
     chunk_object = "chat.completion.chunk"
 
@@ -131,20 +124,20 @@ class ChatReply(_Reply):
     def complete(self, outcomes: list[tuple[list[Piece], GenerationResult]]) -> o.ChatCompletion:
         """The completion of every choice: `outcomes` is each choice's pieces and result, in order."""
         choices = [
-            self.choice(i, outcome_of(pieces, result, self.events())) for i, (pieces, result) in enumerate(outcomes)
+            self.choice(i, finish_of(pieces, result, self.events())) for i, (pieces, result) in enumerate(outcomes)
         ]
         usage = usage_info([result for _, result in outcomes])
         return o.ChatCompletion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
 
-    def choice(self, index: int, outcome: Outcome) -> o.ChatChoice:
+    def choice(self, index: int, end: Finish) -> o.ChatChoice:
         message = o.ResponseMessage(
-            content=outcome.content,
-            tool_calls=message_tool_calls(outcome.calls),
-            reasoning_content=outcome.reasoning,
-            refusal=outcome.refusal,
+            content=end.content,
+            tool_calls=message_tool_calls(end.calls),
+            reasoning_content=end.outcome.reasoning,
+            refusal=end.outcome.refusal,
         )
-        logprobs = self.logprobs(outcome.logprobs) if self.req.logprobs else None
-        finish = cast(o.FinishReason, outcome.finish_reason)  # pydantic checks the value
+        logprobs = self.logprobs(end.logprobs) if self.req.logprobs else None
+        finish = cast(o.FinishReason, end.finish_reason)  # pydantic checks the value
         return o.ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)
 
     def frame(self, choices: list[dict]) -> dict:
@@ -178,10 +171,9 @@ class ChatReply(_Reply):
             kinds: dict[int, str] = {}  # a call's kind, from its opening event
             async for event in job_events(job, self.events(), observe):
                 if isinstance(event, Finish):
-                    outcome = event.outcome
-                    results[index] = outcome.result
-                    delta = o.ChunkDelta(refusal=outcome.refusal)
-                    yield self.chunk(index, delta, outcome.finish_reason, self._logprobs(event.logprobs))
+                    results[index] = event.result
+                    delta = o.ChunkDelta(refusal=event.outcome.refusal)
+                    yield self.chunk(index, delta, event.finish_reason, self._logprobs(event.pending))
                 elif isinstance(event, ReasoningDelta):
                     yield self.chunk(index, o.ChunkDelta(reasoning_content=event.text))
                 elif isinstance(event, ContentDelta):
@@ -226,7 +218,7 @@ class CompletionReply(_Reply):
             logprobs = None
             if self.req.logprobs is not None:
                 logprobs = self.logprobs([e for p in pieces for e in (p.logprobs or [])], 0)
-            text, finish = "".join(p.text for p in pieces), cast(o.FinishReason, decide(result).finish)
+            text, finish = "".join(p.text for p in pieces), cast(o.FinishReason, decided(result).finish)
             choices.append(o.CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=finish))
         usage = usage_info([result for _, result in outcomes])
         return o.Completion(id=self.id, created=self.created, model=self.name, choices=choices, usage=usage)
@@ -248,6 +240,6 @@ class CompletionReply(_Reply):
                 offset += len(item.text)
                 yield self.chunk(index, item.text, None, logprobs)
             if results[index] is not None:
-                yield self.chunk(index, "", decide(results[index]).finish)
+                yield self.chunk(index, "", decided(results[index]).finish)
         finally:
             job.cancel.set()

@@ -1,0 +1,77 @@
+"""The shell's own routes: `/health` (no key needed) and, under the API-key dependency,
+`/v1/models` and `/v1/models/{model}`, in OpenAI's shape, or Anthropic's when the request carries
+`anthropic-version` (the `anthropic` SDK's `models.list` / `retrieve`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from coreai.server.dispatch import ERROR_RESPONSES, Server, check_model
+from coreai.server.guard import require_api_key
+from coreai.server.state import ServerState
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "coreai"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+router = APIRouter()
+v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+
+
+@router.get("/health")
+async def health(server: Server):
+    """The model served, its load (generations running as batch rows, and waiting for one) and its
+    ranks (`distributed`: null for one process); 503 once a distributed model is lost."""
+    running, waiting = server.worker.load()
+    body = {"status": "ok", "model": server.name, "running": running, "waiting": waiting}
+    body["distributed"] = server.distributed
+    if server.lost is not None:
+        return JSONResponse({**body, "status": "lost", "error": server.lost}, status_code=503)
+    return body
+
+
+def card(server: ServerState) -> ModelCard:
+    return ModelCard(id=server.name, created=server.created)
+
+
+@v1.get("/models", response_model=ModelList)
+async def models(request: Request, server: Server):
+    """The served model: in Anthropic's shape when the request carries `anthropic-version`, else OpenAI's."""
+    if "anthropic-version" in request.headers:
+        info = anthropic_card(server)
+        return JSONResponse({"data": [info], "has_more": False, "first_id": info["id"], "last_id": info["id"]})
+    return ModelList(data=[card(server)])
+
+
+# `:path`: a served name may hold slashes ("org/model"), which a client may send unescaped.
+@v1.get("/models/{model:path}", response_model=ModelCard)
+async def retrieve_model(model: str, request: Request, server: Server):
+    """The served model's card (the official clients' `models.retrieve`, Anthropic's shape with
+    `anthropic-version`); any other name is a 404."""
+    check_model(server, model)
+    if "anthropic-version" in request.headers:
+        return JSONResponse(anthropic_card(server))
+    return card(server)
+
+
+def anthropic_card(server: ServerState) -> dict:
+    """The served model as Anthropic's `ModelInfo`."""
+    created = datetime.fromtimestamp(server.created, timezone.utc).isoformat().replace("+00:00", "Z")
+    return {"type": "model", "id": server.name, "display_name": server.name, "created_at": created}
+
+
+router.include_router(v1)

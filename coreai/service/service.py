@@ -1,0 +1,72 @@
+"""`Service`: one model's generation service, with no HTTP in it: the settings every request gets,
+the compiled grammars, and the worker thread with its batch engine. The server (`coreai.server`)
+maps each API dialect's request into a `GenerationRequest`, then calls `prepare` (on a thread-pool
+thread) and `submit`, and renders the jobs' events; the CLI and `coreai.ConstrainedSession` use the
+same `prepare` and run the job alone (`coreai.service.run`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from coreai.service.engine import Engine
+from coreai.service.job import GenerationJob
+from coreai.service.prepare import Settings, prepare
+from coreai.service.request import GenerationRequest, Names, RequestError
+from coreai.service.worker import Job, Worker
+from guided import GrammarCache, TokenizerInfo, get_tokenizer_info
+from runtime import Model
+
+log = logging.getLogger("coreai.service")
+
+
+class Service:
+    """Generation for `model`. settings: the defaults and bounds of every request (`Settings`; its
+    `guided` is set here, from whether the grammar engine can use the tokenizer). cache: the
+    compiled grammars. max_batch: requests decoding together (>= 1); max_queue: requests allowed
+    to wait beside them (>= 0); prompt_cache_bytes: the prefix cache's bound (0: off).
+    heartbeat: (seconds, call) the idle worker makes (a distributed rank 0), or None.
+    Builds the grammar engine's view of the tokenizer (a few seconds, once per tokenizer per
+    process); the worker runs between `start` and `worker.close`."""
+
+    def __init__(
+        self,
+        model: Model,
+        settings: Settings,
+        cache: GrammarCache,
+        *,
+        max_batch: int = 8,
+        max_queue: int = 16,
+        prompt_cache_bytes: int = 1 << 30,
+        heartbeat: tuple[float, Callable[[], None]] | None = None,
+    ):
+        self.model, self.cache = model, cache
+        self.tokenizer_info: TokenizerInfo | None
+        try:
+            self.tokenizer_info = get_tokenizer_info(model.tokenizer, model.vocab_size, model.tokenizer.eos_ids)
+        except ValueError as exc:
+            log.warning("guided generation disabled: %s", exc)
+            self.tokenizer_info = None
+        self.settings = dataclasses.replace(settings, guided=self.tokenizer_info is not None)
+        self.max_batch, self.max_queue = max_batch, max_queue
+        self.worker = Worker(max_queue, max_batch, Engine(model, max_batch, prompt_cache_bytes), heartbeat)
+
+    def start(self) -> None:
+        self.worker.start()
+
+    def prepare(self, req: GenerationRequest) -> GenerationJob:
+        """`coreai.service.prepare.prepare` with this service's model, grammars and settings."""
+        return prepare(self.model, req, self.cache, self.settings)
+
+    def submit(self, job: GenerationJob, names: Names | None = None) -> list[Job]:
+        """Queue `job`'s `n` choices, all or none. Raises `RequestError` naming `names.n` when they
+        could never fit, `worker.QueueFull` (with `retry_after`) when the queue is full, `worker.
+        Closed` once the worker stops admitting (shutting down, a lost distributed model)."""
+        if job.n > self.max_batch + self.max_queue:  # would never fit: not a full queue to retry
+            raise RequestError(
+                f"n = {job.n} is more than this server runs and queues at once "
+                f"(max_batch {self.max_batch} + max_queue {self.max_queue})",
+                (names or Names()).n,
+            )
+        return self.worker.submit(job.choices())
