@@ -3,8 +3,9 @@
 | module | its one job |
 | --- | --- |
 | `constraint` | tool definitions in (validated once), the tools grammar and `ToolConstraint` out |
-| `formats` | each model family's call markup: detection, Lark rules, reading a captured call |
-| `syntax` | Lark building blocks and the two call syntaxes that are not JSON (pythonic, XML) |
+| `formats` | the table of each model family's call markup (`FORMATS`): markers, detection, Lark rules |
+| `syntax` | Lark building blocks and the three call syntaxes that are not JSON (pythonic, XML, GLM-4.5) |
+| `capture` | a call read back from its grammar capture (name, arguments) |
 | `calls` | the calls of one generation from the grammar's captures; labels for streaming; `CallStream` |
 | `check` | validate-and-rollback inside calls, for keywords the grammar cannot enforce |
 | `answer` | a JSON answer beside tools (OpenAI's response_format with tools) |
