@@ -2,7 +2,8 @@
 
 | module | its one job |
 | --- | --- |
-| `constraint` | tool definitions in (validated once), the tools grammar and `ToolConstraint` out |
+| `definitions` | tool definitions in, in any accepted shape, validated once (`Tool`, `make_tool`) |
+| `constraint` | the tools grammar and `ToolConstraint` out |
 | `formats` | the table of each model family's call markup (`FORMATS`): markers, detection, Lark rules |
 | `syntax` | Lark building blocks and the three call syntaxes that are not JSON (pythonic, XML, GLM-4.5) |
 | `capture` | a call read back from its grammar capture (name, arguments) |
@@ -12,7 +13,8 @@
 """
 
 from guided.tools.calls import CallStream, CallTracker, ToolCall
-from guided.tools.constraint import TOOL_NAME, ToolConstraint, parameters_schema, tool_constraint
+from guided.tools.constraint import ToolConstraint, tool_constraint
+from guided.tools.definitions import TOOL_NAME, parameters_schema
 from guided.tools.formats import FORMATS
 
 __all__ = [
