@@ -1,11 +1,11 @@
 """`export`: a GGUF file or Hugging Face folder -> an mlx-lm model folder, optionally quantized.
 
-Steps: check the arguments (`_checked_plan`), open the source (`recipes.sources`; family detected
-from its metadata), build mlx-lm's own model class from the mapped config and load the float weights
-one tensor at a time into it (`_build_model`; `load_weights(strict=True)` catches any wrong name or
-shape), quantize, then write model.safetensors, config.json, generation_config.json, the tokenizer
-files and coreai.json (`recipes.folder`) into a temporary sibling folder that is renamed into place
-at the end (so a failed or interrupted export leaves nothing behind).
+Steps: check the arguments, open the source (`recipes.sources`; family detected from its metadata),
+build mlx-lm's own model class from the mapped config and load the float weights one tensor at a time
+into it (`_build_model`; `load_weights(strict=True)` catches any wrong name or shape), quantize, then
+write model.safetensors, config.json, generation_config.json, the tokenizer files and coreai.json
+(`recipes.folder`) into a temporary sibling folder that is renamed into place at the end (so a failed
+or interrupted export leaves nothing behind).
 """
 
 from __future__ import annotations
@@ -118,9 +118,11 @@ def export(
     """
     start = time.perf_counter()
     out_dir = Path(out_dir)
-    plan = _checked_plan(
-        out_dir, dtype, quantize, group_size, config, keep_embedding, embedding_bits, overwrite, dry_run
-    )
+    if dtype not in DTYPES:
+        raise ExportError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    plan = load_plan(quantize, group_size, config, keep_embedding, embedding_bits)
+    if out_dir.exists() and not overwrite and not dry_run:
+        raise ExportError(f"{out_dir}: output folder exists; pass overwrite=True (--overwrite) to replace it")
     ckpt = open_source(source, recipe)
     native = _native_context(ckpt, max_context_length)
     hasher = None if dry_run else sha256_in_background(ckpt.path)
@@ -177,28 +179,6 @@ def export(
     if progress:
         print(report.summary(), flush=True)
     return report
-
-
-def _checked_plan(
-    out_dir: Path,
-    dtype: str,
-    quantize: str,
-    group_size: int,
-    config: str | os.PathLike | None,
-    keep_embedding: bool,
-    embedding_bits: int | None,
-    overwrite: bool,
-    dry_run: bool,
-) -> QuantPlan:
-    """The quantization plan of `export`'s arguments, after the checks that need no source: a known
-    `dtype`, a valid plan (`recipes.quantize.load_plan`), and an `out_dir` that is absent unless
-    `overwrite` or `dry_run`. Raises ExportError."""
-    if dtype not in DTYPES:
-        raise ExportError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    plan = load_plan(quantize, group_size, config, keep_embedding, embedding_bits)
-    if out_dir.exists() and not overwrite and not dry_run:
-        raise ExportError(f"{out_dir}: output folder exists; pass overwrite=True (--overwrite) to replace it")
-    return plan
 
 
 def _native_context(ckpt: Checkpoint, max_context_length: int | None) -> int | None:
