@@ -40,7 +40,7 @@ class Constraint:
     regex: a regular expression for the whole output;
     choices: a list of strings, the output is one of them;
     grammar: Lark (also with llama.cpp's `%llguidance {}` line) or GBNF text, or a .lark/.gbnf path;
-    tools: functions the model may call (see `guided.tools.constraint`: OpenAI or Responses function
+    tools: functions the model may call (see `guided.tools.definitions`: OpenAI or Responses function
         definitions, pydantic model classes, typed Python functions), with tool_choice ("auto",
         "required", "none" or {"type": "function", "function": {"name": ...}}),
         parallel_tool_calls (True) and tool_format (None: detected from the chat template, else one

@@ -1,15 +1,15 @@
 """`export`: a GGUF file or Hugging Face folder -> an mlx-lm model folder, optionally quantized.
 
-Steps: open the source (family detected from its metadata), build mlx-lm's own model class from
-the mapped config, load the float weights one tensor at a time into it (`load_weights(strict=True)`
-catches any wrong name or shape), quantize, then write model.safetensors, config.json,
-generation_config.json, the tokenizer files and coreai.json into a temporary sibling folder that is
-renamed into place at the end (so a failed or interrupted export leaves nothing behind).
+Steps: check the arguments, open the source (`recipes.sources`; family detected from its metadata),
+build mlx-lm's own model class from the mapped config and load the float weights one tensor at a time
+into it (`_build_model`; `load_weights(strict=True)` catches any wrong name or shape), quantize, then
+write model.safetensors, config.json, generation_config.json, the tokenizer files and coreai.json
+(`recipes.folder`) into a temporary sibling folder that is renamed into place at the end (so a failed
+or interrupted export leaves nothing behind).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import shutil
@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .checkpoint import Checkpoint
 from .errors import ExportError
 from .families import EMBEDDINGS
+from .folder import provenance_record, replace_folder, verify_folder, write_folder
 from .overlap import Prefetch, sha256_in_background
-from .quantize import bits_per_weight, load_plan, quantize_model
+from .quantize import QuantPlan, bits_per_weight, load_plan, quantize_model
 from .sources import open_source
 
 if TYPE_CHECKING:
@@ -63,18 +65,6 @@ class ExportReport:
         if self.verify is not None:
             line += f"; verify: {self.verify.summary()}"
         return line
-
-
-def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for pkg in ("coreai-mlx", "mlx", "mlx-lm", "gguf", "transformers", "tokenizers"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 def export(
@@ -126,8 +116,6 @@ def export(
             mlx-lm's model, existing `out_dir` without `overwrite`, a context above the model's
             maximum, or failed verification.
     """
-    import numpy as np
-
     start = time.perf_counter()
     out_dir = Path(out_dir)
     if dtype not in DTYPES:
@@ -136,48 +124,11 @@ def export(
     if out_dir.exists() and not overwrite and not dry_run:
         raise ExportError(f"{out_dir}: output folder exists; pass overwrite=True (--overwrite) to replace it")
     ckpt = open_source(source, recipe)
-    native = ckpt.config.get("max_position_embeddings")
-    if max_context_length is not None and native and max_context_length > native:
-        raise ExportError(f"{ckpt.path}: context length {max_context_length} exceeds the model's maximum {native}")
+    native = _native_context(ckpt, max_context_length)
     hasher = None if dry_run else sha256_in_background(ckpt.path)
-    names = list(ckpt.shapes)
-    # numpy has float16 but no bfloat16: GGUF tensors arrive in float16 or float32.
-    np_dtype = np.float16 if dtype == "float16" else np.float32
-    # GGUF tensors are dequantized (numpy) in a thread from here on, overlapping the imports of
-    # mlx-lm and transformers (~4-9 s on 2 cores) and the model construction.
-    prefetch = Prefetch(ckpt.load, names, np_dtype) if ckpt.kind == "gguf" and not dry_run else None
-
-    try:
-        model, weights = _load_model(ckpt, names, dtype, np_dtype, prefetch, dry_run, progress)
-    finally:
-        if prefetch:
-            prefetch.stop()
-    from mlx.utils import tree_flatten
-
-    if hasattr(model, "sanitize"):
-        weights = model.sanitize(weights)  # may drop a tied lm_head (and the module with it)
-    expected = dict(tree_flatten(model.parameters()))
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    wrong = [n for n in expected if n in weights and tuple(weights[n].shape) != tuple(expected[n].shape)]
-    if missing or unexpected or wrong:
-        detail = "; ".join(
-            f"{what}: {', '.join(items[:3])}{' ...' if len(items) > 3 else ''}"
-            for what, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
-            if items
-        )
-        raise ExportError(f"{ckpt.path}: weights do not fit mlx-lm's {ckpt.config['model_type']} model ({detail})")
-    model.load_weights(list(weights.items()), strict=True)
-    del weights
-    parameters = sum(v.size for v in expected.values())
+    model, parameters = _build_model(ckpt, dtype, dry_run, progress)
     out_config = dict(ckpt.config)
-    if verify and plan.bits and not dry_run and not (isinstance(verify, dict) and verify.get("reference")):
-        from .check import float_reference
-
-        verify = {
-            **(verify if isinstance(verify, dict) else {}),
-            **float_reference(model, ckpt.write_tokenizer, ckpt.config),
-        }
+    verify = _with_float_reference(verify, plan, dry_run, model, ckpt)
     if plan.bits:
         out_config = quantize_model(model, out_config, plan, ckpt.recipe.quantizable, EMBEDDINGS)
     label = quantize if plan.bits else "none"
@@ -201,60 +152,16 @@ def export(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.export-"))
     try:
-        _write(model, tmp, progress)
-        eos_ids = ckpt.write_tokenizer(tmp)
-        if eos_ids:
-            out_config["eos_token_id"] = eos_ids
-            gen = tmp / "generation_config.json"
-            data = json.loads(gen.read_text()) if gen.is_file() else {}
-            data["eos_token_id"] = eos_ids
-            gen.write_text(json.dumps(data, indent=2))
-        from mlx_lm.utils import save_config
-
-        save_config(out_config, tmp / "config.json")
+        write_folder(model, ckpt, out_config, tmp, progress)
         if hasher is not None:
             hasher[0].join()
-        provenance = {
-            "source": str(Path(ckpt.path).resolve()),
-            "source_kind": ckpt.kind,
-            "source_sha256": hasher[1].get("sha256") if hasher else None,
-            "recipe": ckpt.recipe.name,
-            "model_type": ckpt.config["model_type"],
-            "dtype": dtype,
-            "quantization": {
-                "preset": label,
-                "group_size": plan.group_size,
-                "bits": plan.bits,
-                "rules": plan.rules,
-                "keep_embedding": plan.keep_embedding,
-            }
-            if plan.bits
-            else None,
-            "parameters": parameters,
-            "versions": _versions(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        }
-        provenance.update(
-            preset=preset,
-            bits_per_weight=round(bpw, 3),
-            max_context_length=max_context_length or native,
-            embedding_bits=plan.embedding_bits if plan.bits else None,
-        )
+        context = max_context_length or native
+        provenance = provenance_record(ckpt, dtype, label, plan, parameters, hasher, preset, bpw, context)
         (tmp / "coreai.json").write_text(json.dumps(provenance, indent=2))
         del model
-        verify_report = None
-        if verify:
-            from .check import verify as run_verify
-
-            verify_report = run_verify(tmp, **(verify if isinstance(verify, dict) else {}))
-            if not verify_report.passed:  # named after the destination, not the temporary folder
-                raise ExportError(
-                    f"{out_dir}: verification failed, nothing written: {'; '.join(verify_report.failures)}"
-                )
-            provenance["verification"] = verify_report.record()
-            (tmp / "coreai.json").write_text(json.dumps(provenance, indent=2))
+        verify_report = verify_folder(tmp, out_dir, verify, provenance) if verify else None
         bytes_written = sum(f.stat().st_size for f in tmp.iterdir())
-        _replace(tmp, out_dir)
+        replace_folder(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -272,6 +179,73 @@ def export(
     if progress:
         print(report.summary(), flush=True)
     return report
+
+
+def _native_context(ckpt: Checkpoint, max_context_length: int | None) -> int | None:
+    """The model's own maximum context (`max_position_embeddings`, None when its config has none);
+    ExportError when `max_context_length` asks for more."""
+    native = ckpt.config.get("max_position_embeddings")
+    if max_context_length is not None and native and max_context_length > native:
+        raise ExportError(f"{ckpt.path}: context length {max_context_length} exceeds the model's maximum {native}")
+    return native
+
+
+def _build_model(ckpt: Checkpoint, dtype: str, dry_run: bool, progress: bool):
+    """mlx-lm's model for `ckpt` with its float weights in `dtype` loaded (`_load_model`, then
+    `_fit_weights`), and its count of logical weights. GGUF tensors are dequantized in a background
+    thread meanwhile (`Prefetch`, stopped before this returns or raises)."""
+    import numpy as np
+
+    names = list(ckpt.shapes)
+    # numpy has float16 but no bfloat16: GGUF tensors arrive in float16 or float32.
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    # GGUF tensors are dequantized (numpy) in a thread from here on, overlapping the imports of
+    # mlx-lm and transformers (~4-9 s on 2 cores) and the model construction.
+    prefetch = Prefetch(ckpt.load, names, np_dtype) if ckpt.kind == "gguf" and not dry_run else None
+
+    try:
+        model, weights = _load_model(ckpt, names, dtype, np_dtype, prefetch, dry_run, progress)
+    finally:
+        if prefetch:
+            prefetch.stop()
+    if hasattr(model, "sanitize"):
+        weights = model.sanitize(weights)  # may drop a tied lm_head (and the module with it)
+    return model, _fit_weights(model, weights, ckpt)
+
+
+def _fit_weights(model, weights: dict, ckpt: Checkpoint) -> int:
+    """Load `weights` into `model` (`load_weights(strict=True)`) once every name and shape matches
+    its parameters; ExportError naming the first missing, unexpected or mis-shaped ones otherwise.
+    Returns the count of logical weights (the model's parameter elements)."""
+    from mlx.utils import tree_flatten
+
+    expected = dict(tree_flatten(model.parameters()))
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    wrong = [n for n in expected if n in weights and tuple(weights[n].shape) != tuple(expected[n].shape)]
+    if missing or unexpected or wrong:
+        detail = "; ".join(
+            f"{what}: {', '.join(items[:3])}{' ...' if len(items) > 3 else ''}"
+            for what, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
+            if items
+        )
+        raise ExportError(f"{ckpt.path}: weights do not fit mlx-lm's {ckpt.config['model_type']} model ({detail})")
+    model.load_weights(list(weights.items()), strict=True)
+    return sum(v.size for v in expected.values())
+
+
+def _with_float_reference(verify: bool | dict, plan: QuantPlan, dry_run: bool, model, ckpt: Checkpoint) -> bool | dict:
+    """`export`'s `verify` option, with the float model's own logits as the reference
+    (`recipes.check.float_reference`, computed before quantization) when a quantized export is
+    verified without a `reference` of its own; else `verify` unchanged."""
+    if verify and plan.bits and not dry_run and not (isinstance(verify, dict) and verify.get("reference")):
+        from .check import float_reference
+
+        verify = {
+            **(verify if isinstance(verify, dict) else {}),
+            **float_reference(model, ckpt.write_tokenizer, ckpt.config),
+        }
+    return verify
 
 
 def _load_model(ckpt, names, dtype, np_dtype, prefetch, dry_run, progress):
@@ -306,36 +280,3 @@ def _load_model(ckpt, names, dtype, np_dtype, prefetch, dry_run, progress):
         mx.eval(w)
         weights[name] = w
     return model, weights
-
-
-def _write(model, folder: Path, progress: bool) -> None:
-    """Evaluate (this is where lazy quantization runs) and save the weights as mlx-lm does:
-    model.safetensors, or model-0000k-of-0000n.safetensors shards over 5 GB, with an index."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-    from mlx_lm.utils import make_shards
-    from tqdm import tqdm
-
-    weights = dict(tree_flatten(model.parameters()))
-    for name in tqdm(list(weights), desc="write", unit="tensor", disable=not progress):
-        mx.eval(weights[name])
-    shards = make_shards(weights)
-    pattern = "model-{:05d}-of-{:05d}.safetensors" if len(shards) > 1 else "model.safetensors"
-    index = {"metadata": {"total_size": sum(v.nbytes for v in weights.values())}, "weight_map": {}}
-    for i, shard in enumerate(shards):
-        name = pattern.format(i + 1, len(shards))
-        mx.save_safetensors(str(folder / name), shard, metadata={"format": "mlx"})
-        index["weight_map"].update({k: name for k in shard})
-    index["weight_map"] = dict(sorted(index["weight_map"].items()))
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-
-
-def _replace(tmp: Path, out_dir: Path) -> None:
-    """Move the finished `tmp` folder to `out_dir`, replacing an old one only after the new one is complete."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -35,6 +35,13 @@ _PLAIN = {
 }
 
 
+def plain_value(value):
+    """A metadata value (`GGUFFile.metadata`) as plain JSON-able Python."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value.item() if isinstance(value, np.generic) else value
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor of the file: `shape` in numpy order (GGUF lists dimensions fastest-first)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .errors import SourceError
 
-# What `export` reads from a checkpoint folder (`recipes.sources.TOKENIZER_FILES` and the weights).
+# What `export` reads from a checkpoint folder (`recipes.hf_source.TOKENIZER_FILES` and the weights).
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt", "*.tiktoken"]
 
 

@@ -12,7 +12,9 @@ from pydantic import BaseModel
 from coreai import ConstrainedSession
 from guided import SchemaError
 from guided.tools.calls import CallStream
-from guided.tools.constraint import make_tool, text_not_starting_with, tool_constraint
+from guided.tools.constraint import tool_constraint
+from guided.tools.definitions import make_tool
+from guided.tools.syntax import text_not_starting_with
 from tests.tool_defs import SEARCH, UNIT
 
 TOGGLE = {

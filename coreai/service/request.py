@@ -53,7 +53,7 @@ class GenerationRequest:
     answer: (the field named in its errors, the `guided.Constraint` options) of the answer's format
         (`response_format`, `text.format`, `output_config.format`, `--schema`, ...), or None.
     tools: function tools (the chat shape `{"type": "function", "function": {...}}`, or any shape
-        `guided.tools.constraint.make_tool` takes) and custom tools (`{"type": "custom", ...}`), or None.
+        `guided.tools.definitions.make_tool` takes) and custom tools (`{"type": "custom", ...}`), or None.
     tool_choice: "none", "auto", "required", `{"type": "function", "function": {"name": ...}}`,
         `{"type": "custom", "custom": {"name": ...}}` or None.
     constraint: a constraint compiled already (`coreai.ConstrainedSession`'s), used instead of

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from guided.matcher import GrammarMatcher
+from guided.tools.capture import CALL_HEAD, read_capture
 from guided.tools.constraint import ANSWER_JSON, ToolConstraint
 from guided.tools.custom import CUSTOM, INPUT, input_so_far
-from guided.tools.formats import CALL_HEAD, CALL_ID, FORMATS, read_capture
+from guided.tools.formats import CALL_ID, FORMATS
 from guided.tools.syntax import APPEND
 
 MARKUP = "markup"

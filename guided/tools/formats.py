@@ -1,25 +1,14 @@
-"""The tool-call formats of model families, one `ToolFormat` each: its markers, how a chat template
-reveals it, the Lark rules (llguidance dialect) of its calls, and how its captured calls become
-(name, arguments). `guided.tools.constraint` assembles a reply's grammar around these pieces; `guided.tools.calls`
-reads the captures and streams the calls. docs/reference/tools.md has the table.
+"""The tool-call formats of model families, one `ToolFormat` each, in the registry `FORMATS`: its
+markers, how a chat template reveals it (`detect_format`), the Lark rules (llguidance dialect) of its
+calls, and how its captured calls become (name, arguments). `guided.tools.constraint` assembles a
+reply's grammar around these pieces; `guided.tools.capture` reads a call back from its capture and
+`guided.tools.calls` streams the calls. The call syntaxes that are not JSON (pythonic, Qwen3-Coder's
+XML, GLM-4.5's) are built, and read, in `guided.tools.syntax`. docs/reference/tools.md has the table.
 
 Every call is exactly one llguidance capture, so the grammar, not a text search, gives its
-boundaries. The capture's name (after llguidance's `__LIST_APPEND:` prefix, which keeps two identical
-calls in a row as two captures) says how to read it:
-
-- "call_json": a JSON envelope `{"name": N, "<args key>": A}` (hermes, llama3, mistral, phi4,
-  generic, and the fenced / bare / array JSON calls small models write under auto): the arguments
-  are A's JSON text as generated.
-- "call": the format's own text of one call (pythonic `fn(a=1)`, also inside LFM2's markers;
-  Qwen3-Coder `<function=f>...`; GLM-4.5 `name\n<arg_key>...</tool_call>`), converted by the
-  format's `read` to JSON arguments (`json.dumps`, the templates' separators).
-- "custom": a custom tool's JSON envelope `{"name": N, "<args key>": {"input": S}}`
-  (`guided.tools.custom`), read to its input, given as the arguments `{"input": input}`.
-- "args:<name>": the arguments JSON of a call of <name> (Mistral's `[TOOL_CALLS]name[ARGS]{...}`,
-  Kimi K2's `functions.name:0<|tool_call_argument_begin|>{...}`).
-
-Beside the call, "call_id" captures an id the model writes itself before the call (Kimi K2's
-`functions.name:idx`), which becomes the call's id: its template puts the history's ids there.
+boundaries; the capture names are listed in `guided.tools.capture`. Beside the call, "call_id"
+(`CALL_ID`) captures an id the model writes itself before the call (Kimi K2's `functions.name:idx`),
+which becomes the call's id: its template puts the history's ids there.
 """
 
 from __future__ import annotations
@@ -29,29 +18,29 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from guided.tools.custom import CUSTOM, INPUT, read_custom
 from guided.tools.syntax import (
     APPEND,
     CALL_JSON_STYLE,
+    GLM_KEY,
+    GLM_KEY_END,
+    GLM_VALUE,
+    GLM_VALUE_END,
     HERMES_CLOSE,
     HERMES_OPEN,
-    NEWLINE,
     Pieces,
-    in_order,
-    is_text,
+    glm45_rules,
     pythonic_rules,
     qwen3_coder_rules,
+    read_glm45,
     read_pythonic,
     read_qwen3_coder,
 )
-from runtime.errors import InputError
 
 FENCE = "```json\n"  # what small models write before a call under auto (the issue's BFCL finding)
 ARRAY_OPENS = ("[", "[\n", "[\n  ", "[\n    ")  # how small models open a JSON array of calls
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
 PHI_OPEN, PHI_CLOSE = "<|tool_call|>", "<|/tool_call|>"
-GLM_KEY, GLM_KEY_END, GLM_VALUE, GLM_VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 KIMI_SECTION, KIMI_SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 KIMI_CALL, KIMI_ARGS, KIMI_CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 LFM2_OPEN, LFM2_CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
@@ -163,58 +152,6 @@ def _phi4(p: Pieces) -> str:
     return f"calls: block{p.more('NL? block')}\nblock: {block}\n"
 
 
-def _glm45(p: Pieces) -> str:
-    """GLM-4.5 / 4.6: `<tool_call>name\n` then per parameter, in schema order (required ones always),
-    `<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n`, then `</tool_call>` (all six markers special
-    tokens); v raw text for string parameters (as the template writes them), JSON otherwise. The
-    capture ends with `</tool_call>`, so `read_glm45` knows when a call is complete."""
-    r = p.refs
-    rules = [f"calls: gblock{p.more('NL? gblock')}\ngblock: {r[HERMES_OPEN]} gcall\n"]
-    rules.append("gcall: " + " | ".join(f"g{i}" for i in range(len(p.tools))) + "\n")
-    for i, tool in enumerate(p.tools):
-        required, items = set(tool.parameters.get("required", [])), []
-        for k, v in tool.parameters.get("properties", {}).items():
-            if "<" in k or "\n" in k:
-                raise InputError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <arg_key>{k}</arg_key>")
-            if is_text(v) and ("enum" in v or "const" in v):
-                value = "(" + " | ".join(json.dumps(w) for w in ([v["const"]] if "const" in v else v["enum"])) + ")"
-            elif is_text(v):
-                value = "GSTR?"
-            else:
-                value = f"%json {json.dumps({**v, 'x-guidance': CALL_JSON_STYLE}, ensure_ascii=False)}"
-            key = f'{r[GLM_KEY]} {json.dumps(k)} {r[GLM_KEY_END]} "\\n" {r[GLM_VALUE]}'
-            items.append((f'{key} {value} {r[GLM_VALUE_END]} "\\n"', k in required))
-        params = in_order(f"ga{i}", items, "", rules)
-        rules.append(f'g{i}[capture="{APPEND}call"]: {json.dumps(tool.name + NEWLINE)} {params} {r[HERMES_CLOSE]}\n')
-    # Raw text that cannot spell the closing marker with ordinary tokens either (the reader splits on it).
-    return "".join(rules) + f'GSTR: /(.|\\n)+/ & ~(/(.|\\n)*/ "{GLM_VALUE_END}" /(.|\\n)*/)\n'
-
-
-def read_glm45(text: str, tools: dict) -> tuple[str, dict] | None:
-    """(name, arguments) of one whole GLM call `name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n...
-    </tool_call>`: raw text for string parameters, JSON for the others; None while incomplete."""
-    name, newline, body = text.lstrip().partition(NEWLINE)
-    if not newline or name not in tools or not body.endswith(HERMES_CLOSE):
-        return None
-    body, properties, args, pos = body[: -len(HERMES_CLOSE)], tools[name].parameters.get("properties", {}), {}, 0
-    opening, closing = f"{GLM_KEY_END}\n{GLM_VALUE}", f"{GLM_VALUE_END}\n"
-    while body.startswith(GLM_KEY, pos):
-        middle = body.find(opening, pos)
-        key, pos = body[pos + len(GLM_KEY) : middle], middle + len(opening)
-        try:
-            if is_text(properties.get(key)):
-                end = body.index(closing, pos)
-                args[key] = body[pos:end]
-            else:
-                args[key], end = json.JSONDecoder().raw_decode(body, pos)
-        except ValueError:
-            return None
-        if not body.startswith(closing, end):
-            return None
-        pos = end + len(closing)
-    return (name, args) if pos == len(body) else None
-
-
 CALL_ID = "call_id"  # the capture of a call id the model writes itself (Kimi K2), before its call
 
 
@@ -249,7 +186,7 @@ FORMATS: dict[str, ToolFormat | None] = {
         ToolFormat(
             "glm45",
             lambda t: GLM_KEY in t and GLM_VALUE in t,
-            _glm45,
+            glm45_rules,
             markers=(HERMES_OPEN, HERMES_CLOSE, GLM_KEY, GLM_KEY_END, GLM_VALUE, GLM_VALUE_END),
             special=(HERMES_OPEN, HERMES_CLOSE, GLM_KEY, GLM_KEY_END, GLM_VALUE, GLM_VALUE_END),
             opener=HERMES_OPEN,
@@ -362,38 +299,3 @@ def args_key(fmt: str) -> str:
     """The key of a call's arguments in its JSON envelope, per format."""
     f = FORMATS.get(fmt)
     return f.args_key if f is not None else "arguments"
-
-
-CALL_HEAD = re.compile(r'[\s\[,]*\{"name": "((?:[^"\\]|\\.)*)", "(?:arguments|parameters)": ')
-
-
-def split_call(text: str) -> tuple[str, str] | None:
-    """(name, arguments text) of a complete call JSON envelope as the grammar writes it, else None."""
-    head = CALL_HEAD.match(text)
-    if head is None:
-        return None
-    try:
-        _, end = json.JSONDecoder().raw_decode(text, head.end())
-    except json.JSONDecodeError:
-        return None
-    return json.loads(f'"{head.group(1)}"'), text[head.end() : end]
-
-
-def read_capture(name: str, text: str, fmt: str, tools: dict) -> tuple[str, str, dict] | None:
-    """(name, arguments JSON text, arguments dict) of one capture of a call (see the module
-    docstring), or None for a capture that is not a call. tools: {name: guided.tools.Tool}."""
-    name = name.removeprefix(APPEND)
-    if name == "call_json":
-        split = split_call(text)
-        return None if split is None else (split[0], split[1], json.loads(text)[args_key(fmt)])
-    if name == CUSTOM and (head := CALL_HEAD.match(text)) is not None:
-        called = json.loads(f'"{head.group(1)}"')
-        tool = tools.get(called)
-        value = None if tool is None else read_custom(text[head.end() :], tool.format)
-        return None if value is None else (called, json.dumps({INPUT: value}, ensure_ascii=False), {INPUT: value})
-    if name.startswith("args:"):
-        return name[5:], text, json.loads(text)
-    f = FORMATS.get(fmt)
-    if name == "call" and f is not None and f.read is not None and (call := f.read(text, tools)) is not None:
-        return call[0], json.dumps(call[1], ensure_ascii=False), call[1]
-    return None

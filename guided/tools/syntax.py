@@ -1,8 +1,9 @@
 """Lark building blocks of tool-call grammars (llguidance dialect) beside the JSON envelopes of
 `guided.tools.formats`: `Pieces` (what a format's rules are built from), `in_order` (parameters in
-order, the optional ones possibly left out), and the two call syntaxes whose arguments are not JSON
-as generated: pythonic `[fn(a=1, b="x")]` and Qwen3-Coder's XML `<function=f><parameter=p>`, each with
-its reader (one whole call's text -> (name, arguments dict))."""
+order, the optional ones possibly left out), and the three call syntaxes whose arguments are not
+JSON as generated: pythonic `[fn(a=1, b="x")]`, Qwen3-Coder's XML `<function=f><parameter=p>` and
+GLM-4.5's `<arg_key>k</arg_key><arg_value>v</arg_value>`, each with its reader (one whole call's text
+-> (name, arguments dict))."""
 
 from __future__ import annotations
 
@@ -238,3 +239,60 @@ def read_qwen3_coder(text: str, tools: dict) -> tuple[str, dict] | None:
             return None
         position = end + len(PARAM_END)
     return (match.group(1), args) if text[position:] == "</function>" else None
+
+
+# -- GLM-4.5: <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call> --------
+
+GLM_KEY, GLM_KEY_END, GLM_VALUE, GLM_VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+
+
+def glm45_rules(p: Pieces) -> str:
+    """GLM-4.5 / 4.6: `<tool_call>name\n` then per parameter, in schema order (required ones always),
+    `<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n`, then `</tool_call>` (all six markers special
+    tokens); v raw text for string parameters (as the template writes them), JSON otherwise. The
+    capture ends with `</tool_call>`, so `read_glm45` knows when a call is complete."""
+    r = p.refs
+    rules = [f"calls: gblock{p.more('NL? gblock')}\ngblock: {r[HERMES_OPEN]} gcall\n"]
+    rules.append("gcall: " + " | ".join(f"g{i}" for i in range(len(p.tools))) + "\n")
+    for i, tool in enumerate(p.tools):
+        required, items = set(tool.parameters.get("required", [])), []
+        for k, v in tool.parameters.get("properties", {}).items():
+            if "<" in k or "\n" in k:
+                raise InputError(f"tool {tool.name!r}: parameter {k!r} cannot be written as <arg_key>{k}</arg_key>")
+            if is_text(v) and ("enum" in v or "const" in v):
+                value = "(" + " | ".join(json.dumps(w) for w in ([v["const"]] if "const" in v else v["enum"])) + ")"
+            elif is_text(v):
+                value = "GSTR?"
+            else:
+                value = f"%json {json.dumps({**v, 'x-guidance': CALL_JSON_STYLE}, ensure_ascii=False)}"
+            key = f'{r[GLM_KEY]} {json.dumps(k)} {r[GLM_KEY_END]} "\\n" {r[GLM_VALUE]}'
+            items.append((f'{key} {value} {r[GLM_VALUE_END]} "\\n"', k in required))
+        params = in_order(f"ga{i}", items, "", rules)
+        rules.append(f'g{i}[capture="{APPEND}call"]: {json.dumps(tool.name + NEWLINE)} {params} {r[HERMES_CLOSE]}\n')
+    # Raw text that cannot spell the closing marker with ordinary tokens either (the reader splits on it).
+    return "".join(rules) + f'GSTR: /(.|\\n)+/ & ~(/(.|\\n)*/ "{GLM_VALUE_END}" /(.|\\n)*/)\n'
+
+
+def read_glm45(text: str, tools: dict) -> tuple[str, dict] | None:
+    """(name, arguments) of one whole GLM call `name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n...
+    </tool_call>`: raw text for string parameters, JSON for the others; None while incomplete."""
+    name, newline, body = text.lstrip().partition(NEWLINE)
+    if not newline or name not in tools or not body.endswith(HERMES_CLOSE):
+        return None
+    body, properties, args, pos = body[: -len(HERMES_CLOSE)], tools[name].parameters.get("properties", {}), {}, 0
+    opening, closing = f"{GLM_KEY_END}\n{GLM_VALUE}", f"{GLM_VALUE_END}\n"
+    while body.startswith(GLM_KEY, pos):
+        middle = body.find(opening, pos)
+        key, pos = body[pos + len(GLM_KEY) : middle], middle + len(opening)
+        try:
+            if is_text(properties.get(key)):
+                end = body.index(closing, pos)
+                args[key] = body[pos:end]
+            else:
+                args[key], end = json.JSONDecoder().raw_decode(body, pos)
+        except ValueError:
+            return None
+        if not body.startswith(closing, end):
+            return None
+        pos = end + len(closing)
+    return (name, args) if pos == len(body) else None

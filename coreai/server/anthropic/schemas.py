@@ -105,7 +105,7 @@ class Message(Request):
 
 class Tool(Request):
     """A client tool: its arguments are always constrained to `input_schema` (`strict` closes its
-    objects to the properties it names, as chat's `strict` does; see `guided.tools.constraint`)."""
+    objects to the properties it names, as chat's `strict` does; see `guided.tools.definitions`)."""
 
     type: Literal["custom"] | None = None
     name: str = Field(pattern=FUNCTION_NAME)
