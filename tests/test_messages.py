@@ -178,7 +178,12 @@ BAD = [
         "not answered: t1",
     ),
     (
-        {"max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+        {
+            "max_tokens": 5,
+            "messages": USER,
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "tool_choice": {"type": "tool", "name": "web_search"},
+        },
         400,
         "web_search_20250305",
     ),

@@ -156,7 +156,8 @@ def test_input_items_are_rendered(tiny):
 @pytest.mark.parametrize(
     "body, param, words",
     [
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "built-in tool 'web_search'"),
+        ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice.type", "hosted tool"),
+        ({"tools": [{"type": "shell_2099"}]}, "tools[0].type", "built-in tool 'shell_2099'"),
         ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id", "Missing"),
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content[0]", "input_image"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]", "function_call_output"),
@@ -188,7 +189,7 @@ def test_input_items_are_rendered(tiny):
             "not answered: call_1",
         ),
         ({"background": True}, "background", "does not support"),
-        ({"include": ["file_search_call.results"]}, "include[0]", "message.output_text.logprobs"),
+        ({"include": ["file_search_call.bogus"]}, "include[0]", "message.output_text.logprobs"),
         ({"max_output_tokens": 100000}, "max_output_tokens", "max_output_tokens must be <= 480"),
         ({"tool_choice": "required"}, "tool_choice", "only allowed when tools"),
         (

@@ -29,6 +29,14 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     p.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
     p.add_argument(
+        "--alias",
+        action="append",
+        default=[],
+        metavar="NAME[=MODEL]",
+        help="another model name clients may send for the served model (repeatable; a glob such as 'claude-*' "
+        "lets Claude Code's model ids through); replies name the model asked for",
+    )
+    p.add_argument(
         "--max-tokens",
         type=int,
         default=defaults.max_tokens,
@@ -107,6 +115,7 @@ def run(args) -> int:
         raise InputError("--speculative draft needs --draft-model")
     config = ServerConfig(  # checks every setting (ParameterError: the CLI names the flag), before the slow load
         api_key=args.api_key,
+        aliases=tuple(args.alias),
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         max_queue=args.max_queue,

@@ -20,6 +20,10 @@ class ServerConfig:
     """Server settings.
 
     model_name: the id clients send as `model` (default: the model's name).
+    aliases: other names clients may send as `model` for the served model, each `NAME` or
+        `NAME=MODEL` (MODEL: the served name, checked at start); NAME may be a glob (`claude-*`,
+        fnmatch's, case-sensitive), so an agent's fixed model ids (Claude Code's main and small
+        models) reach the served model. Replies name the model the request asked for.
     api_key: required as `Authorization: Bearer <key>` on /v1 routes when set.
     max_tokens: the default and the upper bound of a request's completion tokens (>= 1).
     temperature: the default sampling temperature.
@@ -48,6 +52,7 @@ class ServerConfig:
     """
 
     model_name: str | None = None
+    aliases: tuple[str, ...] = ()
     api_key: str | None = None
     max_tokens: int = 1024
     temperature: float = 0.7
@@ -95,7 +100,16 @@ class ServerConfig:
             raise ParameterError(
                 f"schema_hint_budget must be >= 1, got {self.schema_hint_budget!r}", "schema_hint_budget"
             )
+        for alias in self.aliases:
+            if not parse_alias(alias)[0]:
+                raise ParameterError(f"alias must be NAME or NAME=MODEL, got {alias!r}", "aliases")
         if self.whitespace is not None and self.whitespace not in WHITESPACES:
             raise ParameterError(
                 f"whitespace must be one of {', '.join(WHITESPACES)}, got {self.whitespace!r}", "whitespace"
             )
+
+
+def parse_alias(text: str) -> tuple[str, str | None]:
+    """(NAME, MODEL or None) of an `aliases` entry `NAME` or `NAME=MODEL`."""
+    name, _, model = text.partition("=")
+    return name.strip(), model.strip() or None

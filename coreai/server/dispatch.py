@@ -2,8 +2,8 @@
 server instance as a dependency, the model check, and the error responses the OpenAPI schema lists.
 
     check the model -> map the body (the dialect's `Call.generation`) -> prepare (the service, on a
-    thread-pool thread: a bad request is a 400 before it queues) -> submit -> the enforcement
-    header -> stream (the dialect's `Reply.sse`) or collect and render (`Reply.complete`)
+    thread-pool thread: a bad request is a 400 before it queues) -> submit -> the enforcement and
+    field-policy headers -> stream (the dialect's `Reply.sse`) or collect and render (`Reply.complete`)
 
 A dialect supplies a `Call` per request: its mapping, its renderer and its stream renderer; its
 error shape is registered with the app (`coreai.server.errors`). Dialects import this module and
@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from coreai.server.enforcement import enforcement_headers
 from coreai.server.errors import APIError, ErrorResponse, from_library_error
+from coreai.server.policy import ignored_headers
 from coreai.server.state import ServerState
 from coreai.server.streaming import collect
 from coreai.service import Closed, GenerationJob, GenerationRequest, Job, Names, QueueFull, Service
@@ -44,11 +45,15 @@ Server = Annotated[ServerState, Depends(server_state)]
 
 
 def check_model(server: ServerState, requested: str) -> None:
-    """Raises a 404 `model_not_found` (`APIError`) unless `requested` is the served name."""
-    if requested != server.name:
+    """Raises a 404 `model_not_found` (`APIError`) unless `requested` is the served name or one of
+    its aliases (`ServerConfig.aliases`)."""
+    if not server.serves(requested):
+        hint = (
+            f" (or an alias: {', '.join(server.aliases)})" if server.aliases else " (coreai serve --alias adds names)"
+        )
         raise APIError(
             404,
-            f"the model {requested!r} does not exist; this server serves {server.name!r}",
+            f"the model {requested!r} does not exist; this server serves {server.name!r}{hint}",
             param="model",
             code="model_not_found",
         )
@@ -80,6 +85,11 @@ class Call(Protocol):
     def stream(self) -> bool: ...
 
     def generation(self) -> GenerationRequest: ...
+
+    def ignored(self) -> list[str]:
+        """The fields, hosted tools and headers of this request accepted and not applied (the
+        field policy's classes (b) and (c), `coreai.server.policy`); called after `generation`."""
+        ...
 
     def reply(self, job: GenerationJob) -> Reply: ...
 
@@ -122,6 +132,7 @@ async def dispatch(server: ServerState, request: Request, call: Call) -> Respons
     jobs = submit(server, job, generation.names)
     reply = call.reply(job)
     headers = enforcement_headers(job.constraint) if job.constraint is not None else {}
+    headers |= ignored_headers(call.ignored())
     if call.stream:
         return StreamingResponse(reply.sse(jobs), media_type="text/event-stream", headers=headers)
     collected = await collect(jobs, request)

@@ -38,40 +38,45 @@ async def health(server: Server):
     ranks (`distributed`: null for one process); 503 once a distributed model is lost."""
     running, waiting = server.worker.load()
     body = {"status": "ok", "model": server.name, "running": running, "waiting": waiting}
+    if server.aliases:
+        body["aliases"] = server.aliases
     body["distributed"] = server.distributed
     if server.lost is not None:
         return JSONResponse({**body, "status": "lost", "error": server.lost}, status_code=503)
     return body
 
 
-def card(server: ServerState) -> ModelCard:
-    return ModelCard(id=server.name, created=server.created)
+def listed(server: ServerState) -> list[str]:
+    """The model ids `/v1/models` lists: the served name, then its literal aliases (a glob such as
+    `claude-*` names no one id; `/health` lists it)."""
+    return [server.name, *(a for a in server.aliases if not any(c in a for c in "*?["))]
 
 
 @v1.get("/models", response_model=ModelList)
 async def models(request: Request, server: Server):
     """The served model: in Anthropic's shape when the request carries `anthropic-version`, else OpenAI's."""
+    ids = listed(server)
     if "anthropic-version" in request.headers:
-        info = anthropic_card(server)
-        return JSONResponse({"data": [info], "has_more": False, "first_id": info["id"], "last_id": info["id"]})
-    return ModelList(data=[card(server)])
+        infos = [anthropic_card(server, name) for name in ids]
+        return JSONResponse({"data": infos, "has_more": False, "first_id": ids[0], "last_id": ids[-1]})
+    return ModelList(data=[ModelCard(id=name, created=server.created) for name in ids])
 
 
 # `:path`: a served name may hold slashes ("org/model"), which a client may send unescaped.
 @v1.get("/models/{model:path}", response_model=ModelCard)
 async def retrieve_model(model: str, request: Request, server: Server):
-    """The served model's card (the official clients' `models.retrieve`, Anthropic's shape with
-    `anthropic-version`); any other name is a 404."""
+    """The card of the served model or one of its aliases, under the name asked for (the official
+    clients' `models.retrieve`, Anthropic's shape with `anthropic-version`); any other name is a 404."""
     check_model(server, model)
     if "anthropic-version" in request.headers:
-        return JSONResponse(anthropic_card(server))
-    return card(server)
+        return JSONResponse(anthropic_card(server, model))
+    return ModelCard(id=model, created=server.created)
 
 
-def anthropic_card(server: ServerState) -> dict:
-    """The served model as Anthropic's `ModelInfo`."""
+def anthropic_card(server: ServerState, name: str) -> dict:
+    """The served model, under `name`, as Anthropic's `ModelInfo`."""
     created = datetime.fromtimestamp(server.created, timezone.utc).isoformat().replace("+00:00", "Z")
-    return {"type": "model", "id": server.name, "display_name": server.name, "created_at": created}
+    return {"type": "model", "id": name, "display_name": name, "created_at": created}
 
 
 router.include_router(v1)

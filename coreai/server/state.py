@@ -4,19 +4,20 @@ it as `request.app.state.server` (`coreai.server.dispatch.server_state`)."""
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 
-from coreai.server.config import ServerConfig
+from coreai.server.config import ServerConfig, parse_alias
 from coreai.service import Service
 from coreai.service.worker import Worker
 from guided import GrammarCache, GrammarJournal
 from runtime import Model
 from runtime.distributed import EXIT_LOST
-from runtime.errors import ClusterLost
+from runtime.errors import ClusterLost, ParameterError
 
 log = logging.getLogger("coreai.server")
 
@@ -86,10 +87,16 @@ class ServerState:
         warmup = None
         if service.tokenizer_info is not None and config.grammar_journal:
             warmup = GrammarWarmup(service.cache, GrammarJournal(config.grammar_journal, service.tokenizer_info))
+        name = config.model_name or model.name
+        for pattern, target in map(parse_alias, config.aliases):
+            if target is not None and target != name:
+                raise ParameterError(
+                    f"alias {pattern}={target}: this server serves {name!r}, not {target!r}", "aliases"
+                )
         state = cls(
             model=model,
             config=config,
-            name=config.model_name or model.name,
+            name=name,
             created=int(time.time()),
             service=service,
             warmup=warmup,
@@ -97,6 +104,18 @@ class ServerState:
         if leader is not None:
             leader.on_lost = state.lose
         return state
+
+    def serves(self, requested: str) -> bool:
+        """Whether `requested` (a request's `model`) names the served model: its name, or one of
+        the configured aliases (globs, fnmatch's, case-sensitive)."""
+        if requested == self.name:
+            return True
+        return any(fnmatch.fnmatchcase(requested, parse_alias(a)[0]) for a in self.config.aliases)
+
+    @property
+    def aliases(self) -> list[str]:
+        """The configured alias names (globs as given)."""
+        return [parse_alias(a)[0] for a in self.config.aliases]
 
     @property
     def worker(self) -> Worker:

@@ -28,6 +28,7 @@ from pydantic_core import from_json
 from coreai.server.anthropic import schemas as m
 from coreai.server.errors import bad_request
 from coreai.server.pairing import tool_pairing_error
+from coreai.server.policy import Hint, ignored_fields
 from coreai.service import GenerationRequest, Names
 from runtime.sampling import given_sampling
 
@@ -41,6 +42,39 @@ MESSAGES_NAMES = Names(
     schema_in_prompt="output_config.format",
 )
 UNREADABLE = "this server's models read text only"
+PREFIX_CACHE = "nothing needed: the prefix cache reuses every prefix, whatever the breakpoint or TTL"
+# The Messages fields of the field policy's class (b) (`coreai.server.policy`, docs/reference/field-policy.md).
+HINTS = (
+    Hint("metadata", "nothing: no accounts, billing or abuse tracking on a local server"),
+    Hint("service_tier", "nothing: one tier"),
+    Hint("context_management", "nothing: the messages the client sends are the context"),
+    Hint("cache_control", PREFIX_CACHE),
+    Hint("system[].cache_control", PREFIX_CACHE),
+    Hint("messages[].content[].cache_control", PREFIX_CACHE),
+    Hint("tools[].cache_control", PREFIX_CACHE),
+    Hint("thinking.display", "the reasoning is returned as the model wrote it"),
+    Hint("output_config.effort", "nothing: the reasoning budget is `thinking.budget_tokens`"),
+)
+# `anthropic-beta` values whose feature this server has (their fields are read as any other).
+HONOURED_BETAS = ("structured-outputs-", "fine-grained-tool-streaming-", "interleaved-thinking-")
+
+
+def ignored(req: m.CountTokensRequest, betas: str | None) -> list[str]:
+    """What `req` asks for that this server accepts and does not apply: its hints, its hosted
+    tools (left out of the prompt, `hosted_tools`), `mcp_servers`, and the `anthropic-beta` values
+    (a comma-separated header) of features it does not have."""
+    names = ignored_fields(req.model_dump(by_alias=True, exclude_none=True), HINTS)
+    names += [f"tools[{i}] ({kind})" for i, kind in hosted_tools(req.tools or [])]
+    names += ["mcp_servers"] if req.mcp_servers else []
+    for beta in (b.strip() for b in (betas or "").split(",")):
+        if beta and not beta.startswith(HONOURED_BETAS):
+            names.append(f"anthropic-beta: {beta}")
+    return names
+
+
+def hosted_tools(tools: list) -> list[tuple[int, str]]:
+    """(index, type) of the server tools among `tools`: hosted by Anthropic, not run here."""
+    return [(i, tool.type) for i, tool in enumerate(tools) if isinstance(tool, m.ServerTool)]
 
 
 def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = None) -> GenerationRequest:
@@ -48,8 +82,9 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
     budget). `max_tokens_cap`: the server's bound of a reply; a larger `max_tokens` (Claude Code
     asks for 32,000) is cut to it rather than refused, since Anthropic's clients send their own
     ceiling, not a budget (a reply that reaches the bound stops with `max_tokens`). Raises a 400
-    `APIError` naming the Messages field at fault: a block this server cannot read, a server tool,
-    a `tool_result` answering no `tool_use` before it, a `tool_use` left unanswered, both
+    `APIError` naming the Messages field at fault: a block this server cannot read, a forced server
+    tool (the others are left out of the prompt: `ignored` names them), a `tool_result`
+    answering no `tool_use` before it, a `tool_use` left unanswered, both
     `output_config.format` and `output_format`, a last assistant message (a prefill to continue),
     `stop_sequences` beside a constrained output (they would cut it)."""
     if req.messages[-1].role == "assistant":
@@ -60,6 +95,8 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
         )
     if req.tool_choice is not None and not req.tools:
         raise bad_request("tool_choice: tool_choice is only allowed when tools are given", "tool_choice")
+    client_tools = [t for t in req.tools or [] if isinstance(t, m.Tool)]
+    _check_not_forced_hosted(req, client_tools)
     create = req if isinstance(req, m.MessagesRequest) else None
     forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool") and bool(req.tools)
     if create and create.stop_sequences and (_answer(req) is not None or forced):
@@ -89,8 +126,8 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
         max_tokens=min(create.max_tokens, max_tokens_cap or create.max_tokens) if create else None,
         stop=list(create.stop_sequences or []) if create else [],
         answer=_answer(req),
-        tools=_tools(req.tools) if req.tools else None,
-        tool_choice=_tool_choice(req.tool_choice) if req.tools else None,
+        tools=_tools(client_tools) if client_tools else None,
+        tool_choice=_tool_choice(req.tool_choice) if client_tools else None,
         parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use),
         max_reasoning_tokens=req.thinking.budget_tokens if isinstance(req.thinking, m.ThinkingEnabled) else None,
         chat_template_kwargs={"enable_thinking": False} if isinstance(req.thinking, m.ThinkingDisabled) else None,
@@ -162,15 +199,25 @@ def _answer(req: m.CountTokensRequest) -> tuple[str, dict] | None:
     return None
 
 
-def _tools(tools: list[m.Tool | m.ServerTool]) -> list[dict]:
+def _check_not_forced_hosted(req: m.CountTokensRequest, client_tools: list[m.Tool]) -> None:
+    """A 400 when `tool_choice` forces a server tool (by name, or `any` with no client tool): this
+    server cannot run it, and answering without it would not be what was asked."""
+    choice, hosted = req.tool_choice, hosted_tools(req.tools or [])
+    if choice is None or not hosted:
+        return
+    named = {getattr(req.tools[i], "name", None): kind for i, kind in hosted} if req.tools else {}
+    if choice.type == "tool" and choice.name in named:
+        where = "tool_choice.name"
+        raise bad_request(f"{where}: {choice.name!r} is a server tool ({named[choice.name]}), not run here", where)
+    if choice.type == "any" and not client_tools:
+        raise bad_request(
+            "tool_choice: 'any' asks for a call, and the only tools are server tools, not run here", "tool_choice"
+        )
+
+
+def _tools(tools: list[m.Tool]) -> list[dict]:
     out = []
-    for i, tool in enumerate(tools):
-        if isinstance(tool, m.ServerTool):
-            raise bad_request(
-                f"tools[{i}]: the server tool {tool.type!r} is not supported (this server runs no tools; "
-                "define a client tool with input_schema)",
-                f"tools[{i}].type",
-            )
+    for tool in tools:
         function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
         if tool.description is not None:
             function["description"] = tool.description

@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from coreai.server.anthropic import schemas as m
 from coreai.server.anthropic.reply import MessageReply
-from coreai.server.anthropic.request import generation_request
+from coreai.server.anthropic.request import generation_request, ignored
 from coreai.server.dispatch import Server, dispatch, prepare
 from coreai.server.guard import require_api_key
+from coreai.server.policy import ignored_headers
 from coreai.server.state import ServerState
 from coreai.service import GenerationJob, GenerationRequest, ReplyEvents
 
@@ -33,6 +35,7 @@ class MessagesCall:
 
     body: m.CountTokensRequest
     server: ServerState
+    betas: str | None = None  # the `anthropic-beta` header
 
     @property
     def model(self) -> str:
@@ -46,19 +49,23 @@ class MessagesCall:
         # A create request's `max_tokens` is cut to the server's bound (Anthropic's clients send a ceiling).
         return generation_request(self.body, self.server.config.max_tokens)
 
+    def ignored(self) -> list[str]:
+        return ignored(self.body, self.betas)
+
     def reply(self, job: GenerationJob) -> MessageReply:
-        return MessageReply(self.server.name, ReplyEvents(job.constraint, job.reasoning), len(job.prompt_ids))
+        return MessageReply(self.body.model, ReplyEvents(job.constraint, job.reasoning), len(job.prompt_ids))
 
 
 @router.post("/messages")
 async def create_message(req: m.MessagesRequest, request: Request, server: Server):
     """Anthropic Messages (stream: SSE of `message_start` ... `message_stop`)."""
-    return await dispatch(server, request, MessagesCall(req, server))
+    return await dispatch(server, request, MessagesCall(req, server, request.headers.get("anthropic-beta")))
 
 
 @router.post("/messages/count_tokens")
-async def count_tokens(req: m.CountTokensRequest, server: Server):
+async def count_tokens(req: m.CountTokensRequest, request: Request, server: Server):
     """The prompt tokens a create request with this body would prefill: the rendered prompt, with
     the tool prompt and the schema's description, as `create_message` renders it."""
-    _, job = await prepare(server, MessagesCall(req, server))
-    return {"input_tokens": len(job.prompt_ids)}
+    call = MessagesCall(req, server, request.headers.get("anthropic-beta"))
+    _, job = await prepare(server, call)
+    return JSONResponse({"input_tokens": len(job.prompt_ids)}, headers=ignored_headers(call.ignored()))

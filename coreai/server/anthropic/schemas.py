@@ -1,13 +1,16 @@
 """Request bodies of the Anthropic Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`),
 as pydantic models, after the `anthropic` SDK's `MessageCreateParams`.
 
-Requests are strict and forbid unknown fields, as Anthropic's API does: a field this server cannot
-honour (`container`, `mcp_servers`, `context_management`, ...) is a 400 naming it, never ignored.
+Requests are strict and forbid unknown fields, as Anthropic's API does: a field this server neither
+enforces nor lists in its field policy (`HINTS`, `coreai.server.policy`) is a 400 naming it. The
+hints (`context_management`, `cache_control`, `metadata`, `thinking.display`, ...) are accepted and
+named in the `x-coreai-ignored` header.
 Content blocks are discriminated by `type`; the blocks this server reads are text, `tool_use`,
 `tool_result`, `thinking` and `redacted_thinking` (passed back, not shown to the model); `image`
 and `document` blocks validate and are refused by the mapping (`messages_request`), naming the
 block, since the models served here read text only. Server tools (a `type` other than "custom")
-are refused the same way. Replies and stream events are plain dicts (`coreai.server.anthropic.reply`).
+are left out of what the model sees and named the same way (a forced one is a 400). Replies and
+stream events are plain dicts (`coreai.server.anthropic.reply`).
 """
 
 from __future__ import annotations
@@ -144,12 +147,14 @@ class ToolChoice(Request):
 class ThinkingEnabled(Request):
     type: Literal["enabled"]
     budget_tokens: int = Field(ge=1)
+    display: str | None = None  # how Claude shows its thinking ("summarized", "omitted", ...): a hint here
 
 
 class ThinkingAdaptive(Request):
     """Claude's adaptive thinking: here the reasoning budget's default."""
 
     type: Literal["adaptive"]
+    display: str | None = None
 
 
 class ThinkingDisabled(Request):
@@ -185,6 +190,8 @@ class CountTokensRequest(Body):
     output_config: OutputConfig | None = None
     output_format: JsonOutputFormat | None = None  # the structured-outputs beta's name of output_config.format
     cache_control: CacheControl | None = None
+    context_management: dict[str, Any] | None = None  # Claude's server-side context editing: a hint here
+    mcp_servers: list[dict[str, Any]] | None = None  # Anthropic's MCP connector: hosted tools, not run here
 
 
 class MessagesRequest(CountTokensRequest):

@@ -4,6 +4,7 @@ dialect imports these from here and nothing else of `coreai.server.openai`."""
 from coreai.server.openai.replies import chat_logprobs, usage_info
 from coreai.server.openai.reply_schemas import TokenLogprob
 from coreai.server.openai.request import (
+    HINTS,
     REASONING_BUDGETS,
     reasoning_of,
     sampling_of,
@@ -14,6 +15,7 @@ from coreai.server.openai.request import (
 from coreai.server.openai.schemas import StructuredOutputs
 
 __all__ = [
+    "HINTS",
     "REASONING_BUDGETS",
     "StructuredOutputs",
     "TokenLogprob",

@@ -11,11 +11,26 @@ from typing import Any, cast
 
 from coreai.server.errors import bad_request
 from coreai.server.openai import schemas as s
+from coreai.server.policy import Hint, ignored_fields
 from coreai.service import GenerationRequest, Names
 from guided.tools import INPUT
 from runtime.sampling import given_sampling
 
 REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
+# The OpenAI family's fields of the field policy's class (b) (`coreai.server.policy`), chat's and
+# Responses' alike (a field a body does not have is never present).
+HINTS = (
+    Hint("metadata", "nothing: tags for the caller's own bookkeeping (Responses echoes them back)"),
+    Hint("service_tier", "nothing: one tier"),
+    Hint("user", "nothing: no abuse monitoring on a local server"),
+    Hint("safety_identifier", "nothing: no abuse monitoring on a local server"),
+    Hint("prompt_cache_key", "nothing needed: the prefix cache reuses every prefix, whatever the key"),
+)
+
+
+def ignored(req) -> list[str]:
+    """The hints a chat, legacy completions or Responses body gives."""
+    return ignored_fields(req.model_dump(by_alias=True, exclude_none=True), HINTS)
 
 
 def reasoning_of(effort: str | None) -> dict[str, Any]:

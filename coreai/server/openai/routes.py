@@ -14,7 +14,7 @@ from coreai.server.guard import require_api_key
 from coreai.server.openai import reply_schemas as o
 from coreai.server.openai import schemas as s
 from coreai.server.openai.replies import ChatReply, CompletionReply
-from coreai.server.openai.request import chat_request, completion_request
+from coreai.server.openai.request import chat_request, completion_request, ignored
 from coreai.server.state import ServerState
 from coreai.service import GenerationJob, GenerationRequest
 
@@ -42,8 +42,11 @@ class OpenAICall:
     def generation(self) -> GenerationRequest:
         return self.mapping(self.body)
 
+    def ignored(self) -> list[str]:
+        return ignored(self.body)
+
     def reply(self, job: GenerationJob) -> ChatReply | CompletionReply:
-        return self.renderer(self.body, job.constraint, self.server.model, self.server.name, job.reasoning)  # type: ignore[arg-type]
+        return self.renderer(self.body, job.constraint, self.server.model, self.body.model, job.reasoning)  # type: ignore[arg-type]
 
 
 @router.post("/chat/completions", response_model=o.ChatCompletion)

@@ -292,12 +292,15 @@ class ChatCompletionRequest(SamplingFields):
     # server's --whitespace), and per-chunk token origins and generation stats (`coreai.server.openai.provenance`).
     whitespace: Literal["pretty", "compact", "any"] | None = None
     token_provenance: bool = False
-    # OpenAI's bookkeeping fields, which SDKs and frameworks send: tags and a processing tier mean
-    # nothing to a local server; `store: true` (keep the completion for GET /v1/chat/completions)
-    # is refused, since nothing here stores chat completions (the Responses API stores responses).
+    # OpenAI's bookkeeping fields, which SDKs and frameworks send: hints of the field policy
+    # (`request.HINTS`), accepted and named in `x-coreai-ignored`; `store: true` (keep the completion
+    # for GET /v1/chat/completions) is refused, since nothing here stores chat completions (the
+    # Responses API stores responses).
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     store: bool | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self):

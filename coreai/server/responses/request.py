@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coreai.server.errors import APIError, bad_request
+from coreai.server.openai.family import HINTS as FAMILY_HINTS
 from coreai.server.openai.family import (
     reasoning_of,
     sampling_of,
@@ -17,8 +18,17 @@ from coreai.server.openai.family import (
     template_custom_call,
 )
 from coreai.server.pairing import tool_pairing_error
+from coreai.server.policy import Hint, ignored_fields
 from coreai.server.responses import schemas as r
 from coreai.service import GenerationRequest, Names
+
+# The Responses fields of the field policy's class (b): the OpenAI family's (but `metadata`, which a
+# response echoes back) and Responses' own.
+HINTS = (
+    *(hint for hint in FAMILY_HINTS if hint.path != "metadata"),
+    Hint("client_metadata", "nothing: the client's own bookkeeping"),
+    Hint("reasoning.summary", "the reasoning is returned whole, as a reasoning item's content"),
+)
 
 RESPONSES_NAMES = Names(
     messages="input",
@@ -53,9 +63,14 @@ def generation_request(
         response_format = ("text.format.schema", {"schema": fmt.schema_, "strict": fmt.strict is not False})
     elif isinstance(fmt, r.TextFormatJsonObject):
         response_format = ("text.format", {"json_object": True})
-    choice: str | dict | r.FunctionChoice | r.CustomChoice | None = req.tool_choice
+    choice: str | dict | r.FunctionChoice | r.CustomChoice | r.HostedChoice | None = req.tool_choice
+    if isinstance(choice, r.HostedChoice):
+        raise bad_request(f"tool_choice: {choice.type!r} is a hosted tool, not run here", "tool_choice.type")
     if isinstance(choice, (r.FunctionChoice, r.CustomChoice)):
         choice = {"type": choice.type, choice.type: {"name": choice.name}}
+    tools = [tool_definition(t) for t in req.tools or [] if not isinstance(t, r.HostedTool)]
+    if choice == "required" and req.tools and not tools:
+        raise bad_request("tool_choice: 'required' asks for a call, and the only tools are hosted ones", "tool_choice")
     if response_format is not None and req.structured_outputs is not None:
         raise bad_request("give either text.format or structured_outputs, not both", "structured_outputs")
     generation = GenerationRequest(
@@ -64,14 +79,23 @@ def generation_request(
         sampling=sampling_of(req),
         max_tokens=req.max_output_tokens,
         answer=response_format or structured_options(req),
-        tools=[tool_definition(t) for t in req.tools] if req.tools else None,
-        tool_choice=choice,
+        tools=tools or None,
+        tool_choice=choice if tools else None,
         parallel_tool_calls=req.parallel_tool_calls,
         logprobs=req.top_logprobs is not None or bool(req.include),
         top_logprobs=req.top_logprobs or 0,
         **reasoning_of(req.reasoning.effort if req.reasoning else None),
     )
     return generation, conversation
+
+
+def ignored(req: r.ResponseCreateRequest) -> list[str]:
+    """What `req` asks for that this server accepts and does not apply: its hints, `include`
+    values other than the logprobs, and its hosted tools (left out of what the model sees)."""
+    names = ignored_fields(req.model_dump(by_alias=True, exclude_none=True), HINTS)
+    names += [f"include: {value}" for value in req.include or [] if value != "message.output_text.logprobs"]
+    hosted = [(i, t.type) for i, t in enumerate(req.tools or []) if isinstance(t, r.HostedTool)]
+    return names + [f"tools[{i}] ({kind})" for i, kind in hosted]
 
 
 def tool_definition(tool: r.FunctionTool | r.CustomTool) -> dict:

@@ -29,7 +29,7 @@ from coreai.server.errors import APIError
 from coreai.server.guard import require_api_key
 from coreai.server.openai.family import chat_logprobs, usage_info
 from coreai.server.responses import schemas as r
-from coreai.server.responses.request import generation_request
+from coreai.server.responses.request import generation_request, ignored
 from coreai.server.responses.schemas import new_id
 from coreai.server.responses.store import ResponseStore, output_messages
 from coreai.server.responses.stream import events, sse_events
@@ -185,6 +185,9 @@ class ResponsesCall:
         generation, self.conversation = generation_request(self.body, history)
         return generation
 
+    def ignored(self) -> list[str]:
+        return ignored(self.body)
+
     def reply(self, job: GenerationJob) -> ResponsesReply:
         return ResponsesReply(self, job)
 
@@ -195,7 +198,7 @@ class ResponsesReply:
 
     def __init__(self, call: ResponsesCall, job: GenerationJob):
         req, server = call.body, call.server
-        self.builder = ResponseBuilder(req, server.name, server.model.tokenizer, job.logprobs)
+        self.builder = ResponseBuilder(req, req.model, server.model.tokenizer, job.logprobs)
         self.events = ReplyEvents(job.constraint, job.reasoning)
         self.keep = None
         if req.store is not False:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from coreai.server.bodies import FUNCTION_NAME, Body, Request
@@ -174,7 +174,41 @@ class CustomTool(Request):
     format: Annotated[TextInput | GrammarInput, Field(discriminator="type")] = TextInput(type="text")
 
 
-AnyTool = Annotated[FunctionTool | CustomTool, Field(discriminator="type")]
+# OpenAI's hosted tools: run by OpenAI's servers, not here. The field policy (`coreai.server.policy`,
+# class (c)): left out of what the model sees and named in `x-coreai-ignored`; forced, a 400.
+HOSTED_TOOLS = (
+    "web_search",
+    "web_search_preview",
+    "web_search_2025_08_26",
+    "web_search_preview_2025_03_11",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer_use_preview",
+    "computer_use",
+    "mcp",
+    "local_shell",
+)
+
+
+class HostedTool(Request):
+    """A hosted tool (`HOSTED_TOOLS`), validated by its type only (its options are OpenAI's)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal[HOSTED_TOOLS]  # type: ignore[valid-type]  # a tuple of literals, as typing allows at run time
+
+
+def _tool_tag(value) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "hosted" if kind in HOSTED_TOOLS else kind
+
+
+AnyTool = Annotated[
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[CustomTool, Tag("custom")]
+    | Annotated[HostedTool, Tag("hosted")],
+    Discriminator(_tool_tag),
+]
 
 
 class FunctionChoice(Request):
@@ -185,6 +219,13 @@ class FunctionChoice(Request):
 class CustomChoice(Request):
     type: Literal["custom"]
     name: str
+
+
+class HostedChoice(Request):
+    """A `tool_choice` forcing a hosted tool (`{"type": "web_search_preview"}`): refused by the mapping."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal[HOSTED_TOOLS]  # type: ignore[valid-type]
 
 
 class TextFormatText(Request):
@@ -211,9 +252,24 @@ class TextConfig(Request):
 
 class ReasoningConfig(Request):
     effort: Literal["low", "medium", "high"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # a hint: the reasoning comes whole
 
 
 # ---- the request ---------------------------------------------------------------------------------
+
+
+# `include` values: the logprobs are returned; the others name outputs of hosted tools or encrypted
+# state this server does not make (named in `x-coreai-ignored`).
+INCLUDABLE = (
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+)
 
 
 class ResponseCreateRequest(Body):
@@ -230,6 +286,7 @@ class ResponseCreateRequest(Body):
     tool_choice: (
         Literal["none", "auto", "required"]
         | Annotated[FunctionChoice | CustomChoice, Field(discriminator="type")]
+        | HostedChoice
         | None
     ) = None
     parallel_tool_calls: bool = True
@@ -247,7 +304,12 @@ class ResponseCreateRequest(Body):
     store: bool | None = None
     previous_response_id: str | None = None
     truncation: Literal["disabled"] | None = None
-    include: list[Literal["message.output_text.logprobs"]] | None = None
+    include: list[Literal[INCLUDABLE]] | None = None  # type: ignore[valid-type]
+    # Hints of the field policy (`request.HINTS`): accepted, named in `x-coreai-ignored`.
+    client_metadata: dict[str, Any] | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -257,10 +319,11 @@ class ResponseCreateRequest(Body):
         data = {k: v for k, v in data.items() if v is not None}  # null is the default, as OpenAI reads it
         for i, tool in enumerate(data.get("tools") or []):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            if kind is not None and kind not in ("function", "custom"):
+            if kind is not None and kind not in ("function", "custom", *HOSTED_TOOLS):
                 raise located_error(
                     ("tools", i, "type"),
-                    f"the built-in tool {kind!r} is not supported; this server runs function and custom tools only",
+                    f"the built-in tool {kind!r} is not supported; this server runs function and custom tools "
+                    "(hosted tools are left out)",
                     kind,
                 )
         return data
