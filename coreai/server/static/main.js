@@ -1,6 +1,7 @@
 // The page's wiring: the controls, the conversation, and one streamed run at a time.
 
 import { listModels, streamChat } from "./api.js";
+import { enforcementReport } from "./enforcement.js";
 import { LARK, SCHEMAS, TOOLS, pretty } from "./examples.js";
 import { buildRequest, InputError } from "./request.js";
 import { Run } from "./run.js";
@@ -74,7 +75,7 @@ async function send(event) {
   const run = new Run(mode());
   const asked = view.addMessage("user", text);
   const item = view.addMessage("assistant", "");
-  view.showEnforcement("…");
+  view.showEnforcement({ note: "…" });
   const update = () => {
     view.showReply(item, run);
     view.showTokens(run.tokens);
@@ -87,7 +88,7 @@ async function send(event) {
   update();
   try {
     await streamChat(body, $("api-key").value, {
-      onHeaders: (headers) => view.showEnforcement(headers.get("x-coreai-enforcement")),
+      onHeaders: (headers) => view.showEnforcement(enforcementReport(body, headers.get("x-coreai-enforcement"))),
       onChunk: (chunk) => {
         run.add(chunk);
         update();
@@ -149,7 +150,7 @@ async function init() {
     sessionStorage.setItem("coreai-key", $("api-key").value);
     loadModels();
   });
-  view.showEnforcement(null);
+  view.showEnforcement(enforcementReport({}, null));
   view.showTimings(new Run("none"));
   await loadModels();
   document.body.dataset.ready = "yes"; // the page is wired (tests wait for it)

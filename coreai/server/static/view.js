@@ -45,10 +45,29 @@ export function showVerdict(run) {
   $("value").textContent = value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value, null, 2);
 }
 
-/** The x-coreai-enforcement header, an entry a line (or none for free text). */
-export function showEnforcement(header) {
-  const entries = header ? header.split("; ") : ["none: free text"];
-  $("enforcement").replaceChildren(...entries.map((e) => el("li", {}, e)));
+/**
+ * The enforcement panel: a note, and a row for each entry {how, keyword, pointer, tool} (see
+ * enforcement.js); the tool column only when a row names a tool.
+ */
+export function showEnforcement({ note, rows = [] }) {
+  const columns = ["how", "keyword", "pointer", ...(rows.some((r) => r.tool) ? ["tool"] : [])];
+  const table = rows.length
+    ? el(
+        "table",
+        {},
+        el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { scope: "col" }, c)))),
+        el("tbody", {}, ...rows.map((r) => el("tr", { className: r.how.replaceAll(" ", "-") }, ...columns.map((c) => cell(c, r[c]))))),
+      )
+    : "";
+  $("enforcement").replaceChildren(el("p", { className: "note" }, note), table);
+}
+
+function cell(column, value) {
+  // a long pointer may break after each "/" (<wbr>: its text stays the pointer)
+  const parts = column === "pointer" ? value.split("/").flatMap((p, i) => (i ? [el("wbr"), "/" + p] : [p])) : [value];
+  const td = el("td", {}, column === "pointer" || column === "keyword" ? el("code", {}, ...parts) : value);
+  td.dataset.col = column;
+  return td;
 }
 
 export function showTimings(run) {
