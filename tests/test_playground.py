@@ -175,19 +175,105 @@ def test_schema_run_shows_a_valid_value_with_token_marks(page):
     page.screenshot(path=str(DOCS / "playground.png"))
 
 
+def error_terms(page) -> dict[str, str]:
+    error = page.locator("#error")
+    return dict(zip(error.locator("dt").all_inner_texts(), error.locator("dd").all_inner_texts(), strict=True))
+
+
+def assert_idle(page) -> None:
+    """The run is over: no "…" (waiting) left in the enforcement panel or the timings."""
+    assert page.get_attribute("body", "data-running") == "no"
+    for part in ("#enforcement", "#timings", "#verdict"):
+        assert "…" not in page.inner_text(part), (part, page.inner_text(part))
+
+
+BAD_SCHEMAS = {
+    # name: (schema, keyword, pointer): each as the server's 400 names it
+    "unknown type": ({"type": "object", "properties": {"a": {"type": "strin"}}}, "type", "/properties/a/type"),
+    "dangling $ref": (
+        {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
+        "$ref",
+        "/properties/a/$ref",
+    ),
+    "a name with ': '": (
+        {"type": "object", "properties": {"first: name": {"type": "strin"}}},
+        "type",
+        "/properties/first: name/type",
+    ),
+    "not a schema": ({"type": "object", "properties": {"a": 5}}, "properties", "/properties/a"),
+    "required holds a number": ({"type": "object", "required": [1]}, "required", "/required/0"),
+    "not excludes all": (
+        {"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]},
+        "not",
+        "/properties/a/not",
+    ),
+    "look-behind": ({"type": "string", "pattern": "(?<=a)b"}, "pattern", "/pattern"),
+}
+
+
 @pytest.mark.browser
-def test_bad_schema_shows_its_error(page):
+@pytest.mark.parametrize("case", BAD_SCHEMAS, ids=list(BAD_SCHEMAS))
+def test_bad_schema_shows_its_error(page, case):
+    schema, keyword, pointer = BAD_SCHEMAS[case]
     page.check("input[name=mode][value=schema]")
-    page.fill("#schema", json.dumps({"type": "object", "properties": {"a": {"type": "strin"}}}))
+    page.fill("#schema", json.dumps(schema))
     ask(page, "anything")
     error = page.locator("#error")
-    assert error.is_visible() and "400" in error.inner_text() and "invalid_schema" in error.inner_text()
-    terms = dict(zip(error.locator("dt").all_inner_texts(), error.locator("dd").all_inner_texts(), strict=False))
-    assert terms["keyword"] == "type" and terms["pointer"] == "/properties/a/type"
-    assert "Traceback" not in error.inner_text()
+    assert error.is_visible() and "400" in error.inner_text()
+    terms = error_terms(page)
+    assert terms["code"] in ("invalid_schema", "unsupported_schema_feature")
+    assert terms["keyword"] == keyword and terms["pointer"] == pointer, terms
+    assert "tool" not in terms and "Traceback" not in error.inner_text()
     # Nothing was answered: the message is back in the prompt, not in the transcript.
     assert page.input_value("#prompt") == "anything" and page.locator("#transcript li").count() == 0
     assert page.inner_text("#verdict").startswith("no output")
+    assert_idle(page)
+
+
+@pytest.mark.browser
+def test_a_bad_tool_schema_names_its_tool(page):
+    tools = [
+        {"type": "function", "function": {"name": "ok", "parameters": {"type": "object"}}},
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "parameters": {"type": "object", "properties": {"q": {"$ref": "#/$defs/q"}}},
+            },
+        },
+    ]
+    page.check("input[name=mode][value=tools]")
+    page.fill("#tools", json.dumps(tools))
+    ask(page, "anything")
+    terms = error_terms(page)
+    assert terms["param"] == "tools[1].function.parameters" and terms["tool"] == "lookup"
+    assert terms["keyword"] == "$ref" and terms["pointer"] == "/properties/q/$ref"
+    assert_idle(page)
+
+
+@pytest.mark.browser
+def test_an_error_the_server_does_not_locate_says_so(page):
+    # The engine's refusal names no place (strict mode closes the object: 3 properties cannot be).
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "minProperties": 3}
+    page.check("input[name=mode][value=schema]")
+    page.fill("#schema", json.dumps(schema))
+    ask(page, "anything")
+    terms = error_terms(page)
+    assert terms["code"] == "invalid_schema" and terms["pointer"].startswith("not located")
+    assert "keyword" not in terms
+    assert_idle(page)
+
+
+@pytest.mark.browser
+def test_stopping_a_run_leaves_no_waiting_marks(page):
+    page.fill("#max-tokens", "250")  # the server allows up to 256
+    page.fill("#prompt", "Tell me a long story.")
+    page.click("#send")
+    page.wait_for_selector("#tokens .tok", state="attached", timeout=TIMEOUT)  # a token may be ""
+    page.keyboard.press("Escape")
+    page.wait_for_selector("body[data-running=no]", timeout=TIMEOUT)
+    assert page.inner_text("#verdict").startswith("stopped")
+    assert_idle(page)
 
 
 # ---- the enforcement panel --------------------------------------------------------------------------
@@ -237,6 +323,7 @@ def test_enforcement_lists_every_keyword_as_the_server_enforces_it(page, slow_ti
     ask(page, "Fill it in.")
     # Each keyword, how the server enforces it, at its (decoded) pointer: the server's own report.
     assert enforcement_rows(page) == report_rows(Constraint(slow_tiny_model, schema=schema, strict=True))
+    assert_idle(page)
 
 
 @pytest.mark.browser
@@ -266,6 +353,7 @@ def test_enforcement_under_tools_names_the_tool(page):
     assert ("validate-and-rollback", "const", "/properties/city/not/const", "get_weather") in rows
     assert ("grammar", "maxLength", "/properties/city/maxLength", "get_weather") in rows
     assert {r[3] for r in rows} == {"get_weather"}  # the one function tool_choice names
+    assert_idle(page)
 
 
 WALKED = [  # schemas for the page's keyword walk: every applicator, annotations, drafts, escaped names

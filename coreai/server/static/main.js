@@ -75,6 +75,7 @@ async function send(event) {
   const run = new Run(mode());
   const asked = view.addMessage("user", text);
   const item = view.addMessage("assistant", "");
+  let answered = false; // the server accepted the request (its headers came)
   view.showEnforcement({ note: "…" });
   const update = () => {
     view.showReply(item, run);
@@ -88,7 +89,10 @@ async function send(event) {
   update();
   try {
     await streamChat(body, $("api-key").value, {
-      onHeaders: (headers) => view.showEnforcement(enforcementReport(body, headers.get("x-coreai-enforcement"))),
+      onHeaders: (headers) => {
+        answered = true;
+        view.showEnforcement(enforcementReport(body, headers.get("x-coreai-enforcement")));
+      },
       onChunk: (chunk) => {
         run.add(chunk);
         update();
@@ -101,16 +105,22 @@ async function send(event) {
     } else {
       // Nothing was answered: the message goes back to the prompt, to be sent again once fixed.
       run.failed = true;
-      view.showError(e);
+      view.showError(e, body);
       asked.remove();
       item.remove();
       $("prompt").value = text;
     }
   } finally {
+    // Whatever ended the run (an answer, an error, Stop), nothing is left waiting ("…").
     controller = null;
+    run.ended = true;
+    if (!answered) view.showEnforcement({ note: run.stopped ? "stopped before the server answered" : "no reply: see the error above" });
     busy(false);
     if (!run.failed) update();
-    else view.showVerdict(run);
+    else {
+      view.showVerdict(run);
+      view.showTimings(run);
+    }
     $("prompt").focus();
   }
 }
@@ -151,7 +161,9 @@ async function init() {
     loadModels();
   });
   view.showEnforcement(enforcementReport({}, null));
-  view.showTimings(new Run("none"));
+  const idle = new Run("none");
+  idle.ended = true; // nothing sent yet: no figures, and none to wait for
+  view.showTimings(idle);
   await loadModels();
   document.body.dataset.ready = "yes"; // the page is wired (tests wait for it)
 }

@@ -1,5 +1,7 @@
 // Rendering: the transcript, the token marks, the value and its verdict, enforcement, timings, errors.
 
+import { schemaErrorPlace } from "./schema.js";
+
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -70,33 +72,36 @@ function cell(column, value) {
   return td;
 }
 
+/** The run's timings: "…" while it runs and a figure is still to come, "—" once it ended without one. */
 export function showTimings(run) {
   const s = run.stats;
+  const none = run.ended ? "—" : "…";
   const rows = [
-    ["TTFT (server)", s ? `${(s.ttft * 1000).toFixed(0)} ms` : "…"],
-    ["first token (page)", run.firstToken === null ? "…" : `${run.firstToken.toFixed(0)} ms`],
-    ["decode", s ? `${s.decode_tps.toFixed(1)} tok/s` : "…"],
-    ["tokens per forward pass", s ? `${s.tokens_per_pass.toFixed(2)} (${s.completion_tokens} tokens, ${s.forward_passes} passes)` : "…"],
-    ["drafts accepted", s ? `${s.accepted_tokens} of ${s.drafted_tokens}` : "…"],
+    ["TTFT (server)", s ? `${(s.ttft * 1000).toFixed(0)} ms` : none],
+    ["first token (page)", run.firstToken === null ? none : `${run.firstToken.toFixed(0)} ms`],
+    ["decode", s ? `${s.decode_tps.toFixed(1)} tok/s` : none],
+    ["tokens per forward pass", s ? `${s.tokens_per_pass.toFixed(2)} (${s.completion_tokens} tokens, ${s.forward_passes} passes)` : none],
+    ["drafts accepted", s ? `${s.accepted_tokens} of ${s.drafted_tokens}` : none],
   ];
   $("timings").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
 }
 
 /**
- * Show an error: the server's error object (status, type, code, param, and for a schema error the
- * keyword and JSON pointer its message names), or the page's own input error. null hides it.
+ * Show an error: the server's error object (status, type, code, param; for a schema error the keyword
+ * and JSON pointer its message names, and the tool whose parameters hold it), or the page's own input
+ * error. `body`: the request it answered (where the pointer points). null hides it.
  */
-export function showError(error) {
+export function showError(error, body = null) {
   const box = $("error");
   box.hidden = !error;
   if (!error) return box.replaceChildren();
   if (!error.error) return box.replaceChildren(el("strong", {}, "Your input: "), error.message);
   const e = error.error;
   const rows = [["type", e.type], ["code", e.code], ["param", e.param]];
-  const at = /\bat (\/\S*|#\S*):/.exec(e.message || ""); // "invalid schema at /properties/a/type: ..."
-  if (at) {
-    const pointer = at[1];
-    rows.push(["keyword", pointer.split("/").pop()], ["pointer", pointer]);
+  const place = schemaErrorPlace(e, body);
+  if (place.tool) rows.push(["tool", place.tool]);
+  if (SCHEMA_CODES.has(e.code)) {
+    rows.push(["keyword", place.keyword], ["pointer", place.pointer ?? "not located (the server's message names no place)"]);
   }
   const title = error.status ? `The server answered ${error.status}` : "The server reported an error";
   box.replaceChildren(
@@ -106,3 +111,5 @@ export function showError(error) {
   );
   box.scrollIntoView({ block: "nearest" }); // on a phone the output column is below the chat
 }
+
+const SCHEMA_CODES = new Set(["invalid_schema", "unsupported_schema_feature"]);
