@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install clean
+.PHONY: demo test test-fast playground-screenshot lint install clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -30,6 +30,11 @@ test: $(STAMP)
 # tries fails, see tests/conftest.py). The fresh cache is removed afterwards.
 test-fast: $(STAMP)
 	@home=$$(mktemp -d); COREAI_HOME=$$home $(PY) -m pytest -q -m "not model"; status=$$?; rm -rf $$home; exit $$status
+
+# docs/playground.png: the playground on the embedded default model (exported on first use), in
+# Debian's Chromium. The browser tests write their screenshots under pytest's tmp_path instead.
+playground-screenshot: $(STAMP)
+	$(PY) -m benchmarks.playground_screenshot --out docs/playground.png
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

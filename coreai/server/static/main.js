@@ -1,6 +1,7 @@
 // The page's wiring: the controls, the conversation, and one streamed run at a time.
 
 import { listModels, streamChat } from "./api.js";
+import { enforcementReport } from "./enforcement.js";
 import { LARK, SCHEMAS, TOOLS, pretty } from "./examples.js";
 import { buildRequest, InputError } from "./request.js";
 import { Run } from "./run.js";
@@ -74,7 +75,8 @@ async function send(event) {
   const run = new Run(mode());
   const asked = view.addMessage("user", text);
   const item = view.addMessage("assistant", "");
-  view.showEnforcement("…");
+  let answered = false; // the server accepted the request (its headers came)
+  view.showEnforcement({ note: "…" });
   const update = () => {
     view.showReply(item, run);
     view.showTokens(run.tokens);
@@ -87,7 +89,10 @@ async function send(event) {
   update();
   try {
     await streamChat(body, $("api-key").value, {
-      onHeaders: (headers) => view.showEnforcement(headers.get("x-coreai-enforcement")),
+      onHeaders: (headers) => {
+        answered = true;
+        view.showEnforcement(enforcementReport(body, headers.get("x-coreai-enforcement")));
+      },
       onChunk: (chunk) => {
         run.add(chunk);
         update();
@@ -100,16 +105,22 @@ async function send(event) {
     } else {
       // Nothing was answered: the message goes back to the prompt, to be sent again once fixed.
       run.failed = true;
-      view.showError(e);
+      view.showError(e, body);
       asked.remove();
       item.remove();
       $("prompt").value = text;
     }
   } finally {
+    // Whatever ended the run (an answer, an error, Stop), nothing is left waiting ("…").
     controller = null;
+    run.ended = true;
+    if (!answered) view.showEnforcement({ note: run.stopped ? "stopped before the server answered" : "no reply: see the error above" });
     busy(false);
     if (!run.failed) update();
-    else view.showVerdict(run);
+    else {
+      view.showVerdict(run);
+      view.showTimings(run);
+    }
     $("prompt").focus();
   }
 }
@@ -149,8 +160,10 @@ async function init() {
     sessionStorage.setItem("coreai-key", $("api-key").value);
     loadModels();
   });
-  view.showEnforcement(null);
-  view.showTimings(new Run("none"));
+  view.showEnforcement(enforcementReport({}, null));
+  const idle = new Run("none");
+  idle.ended = true; // nothing sent yet: no figures, and none to wait for
+  view.showTimings(idle);
   await loadModels();
   document.body.dataset.ready = "yes"; // the page is wired (tests wait for it)
 }

@@ -13,6 +13,7 @@ export class Run {
     this.stats = null; // generation_stats of the last chunk
     this.failed = false; // the server refused the request, or the stream broke
     this.stopped = false; // the person stopped it (Stop, Esc)
+    this.ended = false; // the request is over (answered, refused, stopped or broken): nothing more will come
   }
 
   /** Fold one chat.completion.chunk into the run. */
@@ -40,6 +41,7 @@ export class Run {
   verdict() {
     if (this.failed) return { state: "invalid", text: "no output: see the error above" };
     if (this.stopped && !this.finish) return { state: "cut", text: "stopped: the output is incomplete", value: this.value() };
+    if (!this.finish && this.ended) return { state: "cut", text: "the stream ended without a finish reason", value: this.value() };
     if (!this.finish) return { state: "running", text: "generating…" };
     const value = this.value();
     if (this.finish === "error") return { state: "invalid", text: `invalid: ${this.refusal || "the generation failed"}`, value };

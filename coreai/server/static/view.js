@@ -1,5 +1,7 @@
 // Rendering: the transcript, the token marks, the value and its verdict, enforcement, timings, errors.
 
+import { schemaErrorPlace } from "./schema.js";
+
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -45,39 +47,61 @@ export function showVerdict(run) {
   $("value").textContent = value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value, null, 2);
 }
 
-/** The x-coreai-enforcement header, an entry a line (or none for free text). */
-export function showEnforcement(header) {
-  const entries = header ? header.split("; ") : ["none: free text"];
-  $("enforcement").replaceChildren(...entries.map((e) => el("li", {}, e)));
+/**
+ * The enforcement panel: a note, and a row for each entry {how, keyword, pointer, tool} (see
+ * enforcement.js); the tool column only when a row names a tool.
+ */
+export function showEnforcement({ note, rows = [] }) {
+  const columns = ["how", "keyword", "pointer", ...(rows.some((r) => r.tool) ? ["tool"] : [])];
+  const table = rows.length
+    ? el(
+        "table",
+        {},
+        el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { scope: "col" }, c)))),
+        el("tbody", {}, ...rows.map((r) => el("tr", { className: r.how.replaceAll(" ", "-") }, ...columns.map((c) => cell(c, r[c]))))),
+      )
+    : "";
+  $("enforcement").replaceChildren(el("p", { className: "note" }, note), table);
 }
 
+function cell(column, value) {
+  // a long pointer may break after each "/" (<wbr>: its text stays the pointer)
+  const parts = column === "pointer" ? value.split("/").flatMap((p, i) => (i ? [el("wbr"), "/" + p] : [p])) : [value];
+  const td = el("td", {}, column === "pointer" || column === "keyword" ? el("code", {}, ...parts) : value);
+  td.dataset.col = column;
+  return td;
+}
+
+/** The run's timings: "…" while it runs and a figure is still to come, "—" once it ended without one. */
 export function showTimings(run) {
   const s = run.stats;
+  const none = run.ended ? "—" : "…";
   const rows = [
-    ["TTFT (server)", s ? `${(s.ttft * 1000).toFixed(0)} ms` : "…"],
-    ["first token (page)", run.firstToken === null ? "…" : `${run.firstToken.toFixed(0)} ms`],
-    ["decode", s ? `${s.decode_tps.toFixed(1)} tok/s` : "…"],
-    ["tokens per forward pass", s ? `${s.tokens_per_pass.toFixed(2)} (${s.completion_tokens} tokens, ${s.forward_passes} passes)` : "…"],
-    ["drafts accepted", s ? `${s.accepted_tokens} of ${s.drafted_tokens}` : "…"],
+    ["TTFT (server)", s ? `${(s.ttft * 1000).toFixed(0)} ms` : none],
+    ["first token (page)", run.firstToken === null ? none : `${run.firstToken.toFixed(0)} ms`],
+    ["decode", s ? `${s.decode_tps.toFixed(1)} tok/s` : none],
+    ["tokens per forward pass", s ? `${s.tokens_per_pass.toFixed(2)} (${s.completion_tokens} tokens, ${s.forward_passes} passes)` : none],
+    ["drafts accepted", s ? `${s.accepted_tokens} of ${s.drafted_tokens}` : none],
   ];
   $("timings").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
 }
 
 /**
- * Show an error: the server's error object (status, type, code, param, and for a schema error the
- * keyword and JSON pointer its message names), or the page's own input error. null hides it.
+ * Show an error: the server's error object (status, type, code, param; for a schema error the keyword
+ * and JSON pointer its message names, and the tool whose parameters hold it), or the page's own input
+ * error. `body`: the request it answered (where the pointer points). null hides it.
  */
-export function showError(error) {
+export function showError(error, body = null) {
   const box = $("error");
   box.hidden = !error;
   if (!error) return box.replaceChildren();
   if (!error.error) return box.replaceChildren(el("strong", {}, "Your input: "), error.message);
   const e = error.error;
   const rows = [["type", e.type], ["code", e.code], ["param", e.param]];
-  const at = /\bat (\/\S*|#\S*):/.exec(e.message || ""); // "invalid schema at /properties/a/type: ..."
-  if (at) {
-    const pointer = at[1];
-    rows.push(["keyword", pointer.split("/").pop()], ["pointer", pointer]);
+  const place = schemaErrorPlace(e, body);
+  if (place.tool) rows.push(["tool", place.tool]);
+  if (SCHEMA_CODES.has(e.code)) {
+    rows.push(["keyword", place.keyword], ["pointer", place.pointer ?? "not located (the server's message names no place)"]);
   }
   const title = error.status ? `The server answered ${error.status}` : "The server reported an error";
   box.replaceChildren(
@@ -87,3 +111,5 @@ export function showError(error) {
   );
   box.scrollIntoView({ block: "nearest" }); // on a phone the output column is below the chat
 }
+
+const SCHEMA_CODES = new Set(["invalid_schema", "unsupported_schema_feature"]);
