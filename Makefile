@@ -11,7 +11,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# The real agent CLIs the tests drive (Claude Code, Codex: package.json), when Node's npm is here.
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --loglevel=error && touch $(NODE_STAMP); \
+	else echo "npm not found: the agent CLI tests (tests/test_agent_cli.py) will fail; install Node.js"; fi
+
+install: $(STAMP) $(NODE_STAMP)
 
 # The demo needs only the runtime dependencies (no test or lint tools): its own, smaller install.
 $(VENV)/.demo-installed: pyproject.toml
@@ -23,12 +29,12 @@ $(VENV)/.demo-installed: pyproject.toml
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/coreai demo
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest -q
 
 # Every test that needs no real model, with an empty model cache: nothing is exported (a test that
 # tries fails, see tests/conftest.py). The fresh cache is removed afterwards.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(NODE_STAMP)
 	@home=$$(mktemp -d); COREAI_HOME=$$home $(PY) -m pytest -q -m "not model"; status=$$?; rm -rf $$home; exit $$status
 
 # docs/playground.png: the playground on the embedded default model (exported on first use), in
