@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"coreai {args.command}: error: {as_flag(exc, args)}", file=sys.stderr)
         return 1
     except (ModelNotFound, ExportError, GrammarError, ValueError, FileNotFoundError, FileExistsError) as exc:
-        param = getattr(exc, "param", None)  # a refused request names the flag at fault (`guided.request`)
+        param = getattr(exc, "param", None)  # a refused request names the flag at fault (`coreai.service.request`)
         where = f"{param}: " if isinstance(param, str) and param.startswith("--") and param not in str(exc) else ""
         print(f"coreai {args.command}: error: {where}{exc}", file=sys.stderr)
         return 1

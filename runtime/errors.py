@@ -18,7 +18,7 @@ class InputError(CoreAIError, ValueError):
     """Input this product refuses: an option, a prompt, a tool definition, a model setting it cannot
     use. The message names what and why; it is a ValueError too, as it was before it had a type.
     `param`: the neutral name of the request field at fault ("tools", "tool_choice", "messages", ...,
-    the fields of `guided.request.Names`), which each front end spells its own way; None when the
+    the fields of `coreai.service.Names`), which each front end spells its own way; None when the
     error is about no one field. `code`: an OpenAI-style error code ("unsupported_parameter", ...) or None."""
 
     def __init__(self, message: str, param: str | None = None, code: str | None = None):

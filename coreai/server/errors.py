@@ -83,7 +83,7 @@ def bad_request(message: str, param: str | None = None, code: str = "invalid_val
 def from_library_error(exc: GrammarError | InputError, param: str | None = None) -> APIError:
     """A refused request (a schema, grammar, tool definition or other input) -> 400 with reason,
     pointer and code. `param`: the request field at fault (e.g. "response_format.json_schema.schema");
-    None: the one the error names (`guided.request` sets it in the front end's spelling)."""
+    None: the one the error names (`coreai.service.prepare` sets it in the front end's spelling)."""
     param = param if param is not None else exc.param
     if isinstance(exc, InputError):
         return bad_request(str(exc), param, exc.code or "invalid_value")
@@ -117,7 +117,7 @@ def field_path(loc, body) -> str:
 
 # Discriminator values of the request models' unions (never field names missing from a request).
 _UNION_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "json_object", "json_schema", "str", "bool"}
-# The Messages API's block and tool tags (`coreai.server.messages_schemas`).
+# The Messages API's block and tool tags (`coreai.server.anthropic.schemas`).
 _UNION_TAGS |= {"tool_use", "tool_result", "thinking", "redacted_thinking", "custom", "server"}
 _UNION_TAGS |= {"enabled", "adaptive", "disabled", "image", "document", "list[union[text,image]]"}
 

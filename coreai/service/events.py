@@ -137,7 +137,7 @@ def decided(result: GenerationResult, reasoning: ReasoningPlan | None = None) ->
 
 class ReplyEvents:
     """The events of one choice: `feed` each piece, then `end` with the result. `constraint` and
-    `reasoning` are the request's (`Preparer.prepare`): tools split the calls off the text, a
+    `reasoning` are the job's (`coreai.service.prepare`): tools split the calls off the text, a
     reasoning plan the thinking block."""
 
     def __init__(self, constraint: Constraint | None, reasoning: ReasoningPlan | None):

@@ -7,7 +7,7 @@ content parts and tools by `type`, so a bad item gets one error naming its locat
 (`web_search`, `file_search`, ...) is a 400 at `tools[i].type`.
 
 The response models follow the `openai` SDK's `Response` and its output items; events are built as
-plain dicts in `coreai.server.responses_stream`.
+plain dicts in `coreai.server.responses.stream`.
 """
 
 from __future__ import annotations
