@@ -81,8 +81,11 @@ def _probe() -> None:
 
 
 def run(tree: Path, env: dict) -> dict:
+    # `-c` with the tree as the working directory: the tree's packages come first (a script's own
+    # folder would come first, and benchmarks/guided.py would shadow the `guided` package).
+    probe = f"import runpy, sys; sys.argv = ['probe', '--probe']; runpy.run_path({__file__!r}, run_name='__main__')"
     result = subprocess.run(
-        [sys.executable, __file__, "--probe"],
+        [sys.executable, "-c", probe],
         cwd=tree,
         env={**env, "PYTHONPATH": str(tree)},
         capture_output=True,

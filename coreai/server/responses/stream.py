@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from coreai.server.openai.family import chat_logprobs
+from coreai.server.openai.family import TokenLogprob, chat_logprobs
 from coreai.server.responses import schemas as r
 from coreai.server.responses.schemas import new_id
 from coreai.server.streaming import named_sse
@@ -82,7 +82,7 @@ class _Renderer:
             c.item.content = [r.ReasoningContent(text=c.text)]
             yield {"type": "response.reasoning_text.done", **where, "text": c.text}
         else:
-            lp = [r.TokenLogprob(**e) for e in c.logprobs] if self.builder.logprobs else None
+            lp = [TokenLogprob(**e) for e in c.logprobs] if self.builder.logprobs else None
             c.item.content = [r.OutputTextPart(text=c.text, logprobs=lp)]
             yield {"type": "response.output_text.done", **where, "text": c.text, "logprobs": c.logprobs}
         yield {"type": "response.content_part.done", **where, "part": c.item.content[0].model_dump()}
