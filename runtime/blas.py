@@ -1,8 +1,16 @@
 """Process set-up that must happen before `mlx.core` is first imported.
 
 MLX's Linux CPU wheel bundles the reference BLAS (~5 GFLOP/s for a 2048x2048 f32 matmul). Loading a
-system OpenBLAS with RTLD_GLOBAL before `mlx.core` loads makes MLX resolve its BLAS symbols there
-(~190 GFLOP/s; prefill 3 -> 55 tok/s on the 0.5B model). See DESIGN.md, "Linux CPU speed".
+fast BLAS with RTLD_GLOBAL before `mlx.core` loads makes MLX resolve its BLAS and LAPACK symbols
+(`cblas_sgemm`, `sgetrf_`, ...) there (~190 GFLOP/s; prefill 3 -> 55 tok/s on the 0.5B model). See
+DESIGN.md, "Linux CPU speed". The search order: `COREAI_OPENBLAS`, a system OpenBLAS, then Intel's
+`mkl` wheel, a dependency of the Linux x86-64 install, so a machine with no system package (no root,
+no apt step) still runs at full speed.
+
+Why MKL and not a smaller wheel: `cmeel-openblas` (20 MB) ships a standard `libopenblas.so.0` but
+needs the system's `libgfortran.so.5`, absent on a fresh Debian (the loader matches DT_NEEDED by
+SONAME, so the mangled copy in `mlx_cpu.libs` cannot stand in); `scipy-openblas32` is self-contained
+but prefixes every symbol (`scipy_cblas_sgemm`), which MLX cannot resolve.
 
 This module must not import mlx. It lives in the lowest package that imports MLX: `runtime/__init__.py`
 calls `setup_blas()` before anything else, and `guided` and `recipes` import `runtime` first, so any
@@ -12,10 +20,12 @@ entry point (`import coreai`, `from runtime import load_model`, `import recipes`
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import logging
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 
 log = logging.getLogger("coreai")
 
@@ -29,16 +39,33 @@ OPENBLAS_CANDIDATES = (
     "/usr/lib/libopenblas.so.0",
 )
 
+# Intel's `mkl` wheel installs its libraries into the environment's `lib/`, beside `python3.X/`.
+WHEEL_BLAS = ("mkl", "libmkl_rt.so")
+
 _blas: str | None = None
 _done = False
 
 
-def setup_blas() -> str | None:
-    """Load a system OpenBLAS globally on Linux, once per process.
+def wheel_blas() -> str | None:
+    """The path of the BLAS shipped by an installed PyPI wheel (`WHEEL_BLAS`), or None."""
+    distribution, stem = WHEEL_BLAS
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name.startswith(stem):
+            return os.path.realpath(file.locate())
+    return None
 
+
+def setup_blas(candidates: Sequence[str] = OPENBLAS_CANDIDATES) -> str | None:
+    """Load a fast BLAS globally on Linux, once per process.
+
+    Tries `COREAI_OPENBLAS`, then `candidates` (system OpenBLAS paths), then the wheel's (`wheel_blas`).
     Returns the path of the loaded library, or None (macOS uses Accelerate; or none was found, in
-    which case one warning names the fix). `COREAI_OPENBLAS` overrides the path; `COREAI_OPENBLAS=0`
-    disables loading (to measure the bundled BLAS).
+    which case one warning names the fix). `COREAI_OPENBLAS=0` disables loading (to measure the
+    bundled BLAS).
     """
     global _blas, _done
     if _done:
@@ -55,7 +82,7 @@ def setup_blas() -> str | None:
     override = os.environ.get("COREAI_OPENBLAS")
     if override == "0":
         return None
-    for path in ([override] if override else []) + list(OPENBLAS_CANDIDATES):
+    for path in ([override] if override else []) + list(candidates) + [wheel_blas() or ""]:
         if path and os.path.exists(path):
             try:
                 ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
@@ -66,8 +93,9 @@ def setup_blas() -> str | None:
             log.info("BLAS: %s", path)
             return _blas
     warnings.warn(
-        "no system OpenBLAS found: MLX falls back to its slow reference BLAS (about 10x slower). "
-        "Fix: apt-get install libopenblas0-pthread (Debian/Ubuntu), or set COREAI_OPENBLAS=/path/libopenblas.so.0",
+        "no fast BLAS found (no system OpenBLAS, no mkl wheel): MLX falls back to its slow reference BLAS "
+        "(about 10x slower). Fix: apt-get install libopenblas0-pthread (Debian/Ubuntu), pip install mkl "
+        "(x86-64), or set COREAI_OPENBLAS=/path/libopenblas.so.0",
         stacklevel=2,
     )
     return None
