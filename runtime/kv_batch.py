@@ -62,6 +62,7 @@ class KVBatch:
         self.waiting: list[Slot] = []  # prefilling (the first one) or waiting for a free row
         self.cache: list | None = None  # one BatchKVCache (or batched rotating cache) per layer
         self._short_next = True  # short prompts go first, then turns alternate while both wait
+        self._oldest_next = True  # long turns alternate: the least left, then the oldest
         # A row's KV can be trimmed (rejected drafts, rollback) only in plain KV caches: a rotating
         # (sliding-window) one may have overwritten what a trim would uncover.
         self.trimmable = all(type(c) is KVCache for c in make_prompt_cache(network))
@@ -136,7 +137,8 @@ class KVBatch:
         count once), so several requests arriving together pause the running rows once, not once each.
         A longer prompt prefills alone, one chunk per step; while one does, steps alternate between its
         chunks and the short prompts, so a short request does not wait for a long prompt's whole
-        prefill, nor a long one forever."""
+        prefill, nor a long one forever. Among long prompts, turns alternate between the one with the
+        fewest tokens left and the oldest (`_next_long`)."""
         room = self.max_batch - len(self.active)
         if not self.waiting or room < 1:
             return
@@ -146,7 +148,7 @@ class KVBatch:
         long_turn = bool(long) and (not short or not self._short_next)
         self._short_next = long_turn or not long
         if long_turn:
-            self._prefill_alone(long[0])
+            self._prefill_alone(self._next_long(long))
             return
         group: list[Slot] = []
         for slot in short[:room]:
@@ -155,6 +157,14 @@ class KVBatch:
                 break
             group.append(slot)
         self._join(group, self._prefill_together(group))
+
+    def _next_long(self, long: list[Slot]) -> Slot:
+        """The long prompt (waiting, oldest first) to prefill one chunk of. Turns alternate between the
+        one with the fewest tokens left, so a prompt of a few chunks (a tools request) is not stuck
+        behind a 20k-token one (shortest remaining first, as vLLM's `max_num_partial_prefills` lets
+        short prompts prefill beside a long one), and the oldest, so no prompt waits forever."""
+        self._oldest_next = not self._oldest_next
+        return long[0] if self._oldest_next else min(long, key=lambda s: len(s.pending))
 
     def _share_prefill(self) -> None:
         """A waiting row whose prompt starts with more tokens than it has in its KV cache, all of them

@@ -271,3 +271,33 @@ def test_sliding_window_model_batches(gemma_dir):
         batched = run(batch, 1, reqs) if join == "one by one" else run_together(batch, reqs)
         for i, r in enumerate(single):
             assert batched[i].token_ids == r.token_ids, (join, i)
+
+
+def test_a_shorter_long_prompt_is_not_stuck_behind_a_longer_one(tiny_model):
+    """Two prompts longer than a prefill chunk wait: a long one (an agent's 20k-token request) and a
+    shorter one that arrived after it (a tools request of a few chunks). The shorter one is prefilled
+    between the long one's chunks and joins the batch long before the long one does, and the long one
+    still progresses every other step (it is not starved either); both outputs equal their single
+    generations."""
+    long = tiny_model.prompt_ids("alpha beta gamma delta " * 40, chat_template=False)
+    medium = tiny_model.prompt_ids("One, two, three, four, five, six, seven", chat_template=False)
+    assert len(long) > 20 * 8 and 8 < len(medium) <= 3 * 8
+    make = lambda: SamplingStrategy(SamplingParams(temperature=0.9, seed=3))  # noqa: E731
+    single = [tiny_model.generate(ids, strategy=make(), max_tokens=4) for ids in (long, medium)]
+    batch = BatchGenerator(tiny_model.network, tiny_model.tokenizer, max_batch=4, prefill_step_size=8)
+    batch.add(long, make(), tag="long", max_tokens=4)
+    batch.step()  # the long prompt's first chunk
+    batch.add(medium, make(), tag="medium", max_tokens=4)
+    first_delta, results, steps = {}, {}, 1
+    while len(batch):
+        for row, delta in batch.step():
+            first_delta.setdefault(row.tag, steps)
+            if delta.result is not None:
+                results[row.tag] = delta.result
+        steps += 1
+    chunks = lambda ids: -(-(len(ids) - 1) // 8)  # noqa: E731
+    # the medium prompt's chunks interleave with the long one's: it joins within twice its own chunks
+    assert first_delta["medium"] <= 1 + 2 * chunks(medium) + 1, first_delta
+    # the long prompt pays at most the medium one's chunks on top of its own
+    assert first_delta["long"] <= chunks(long) + chunks(medium) + 1, first_delta
+    assert [results["long"].token_ids, results["medium"].token_ids] == [r.token_ids for r in single]
