@@ -13,7 +13,8 @@ Every prompt starts with a fresh nonce, so the prefix cache never serves one. Th
 is `--long-tokens` (default 4096: about a minute of prefill on 2 CPU cores; the issue's 20k takes
 about 6 minutes per run here).
 
-    python -m benchmarks.interleave [MODEL] [--long-tokens 4096] [--short-tokens 200] [--out benchmarks/results/interleave.json]
+    python -m benchmarks.interleave [MODEL] [--long-tokens 4096] [--short-tokens 200]
+        [--out benchmarks/results/interleave.json]
 """
 
 from __future__ import annotations
