@@ -649,11 +649,22 @@ def bench_e2e(max_tokens: int, repeats: int, peers=E2E_PEERS) -> dict:
 # -- speculative decoding ---------------------------------------------------------------------------------
 
 CASES = REPO / "benchmarks" / "cases"
-SPECULATIVE_CASES = {"fly_to": 64, "invoice": 256, "order": 120, "story": 128}
+SPECULATIVE_CASES = {
+    "fly_to": 64,
+    "invoice": 256,
+    "order": 120,
+    "story": 128,
+    "agent_edit": 200,
+    "agent_write": 360,
+    "agent_patch": 200,
+}
 """Case name -> max_tokens. `benchmarks/cases/NAME.messages.json` is the chat prompt and
 `NAME.schema.json` the schema (none: free prose, unconstrained variants only). The extraction outputs
 finish well within their budget (greedy: about 25, 150 and 90 tokens); the story is cut at 128
-tokens. `order`: 7 string fields copied from a 3-sentence text (issue 29's order extraction)."""
+tokens. `order`: 7 string fields copied from a 3-sentence text (issue 29's order extraction).
+`agent_*` (issue 49): the calls agents make most, after a `Read` tool result holding a 30-line file:
+an `Edit` whose `old_string` is copied from it, a `Write` of the whole corrected file, and an
+`apply_patch` patch (free text) whose context lines are copied from it."""
 
 
 def speculative_cases(names=SPECULATIVE_CASES) -> list[tuple]:
