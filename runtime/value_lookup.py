@@ -28,6 +28,7 @@ continuation is encoded on its own. A draft is only a guess: verification keeps 
 
 from __future__ import annotations
 
+import json
 import re
 
 from runtime.speculative import PromptLookup
@@ -42,6 +43,19 @@ _PAIR = re.compile(r'"((?:[^"\\\n]|\\.)*)"[ \t\n]*:[ \t\n]*"((?:[^"\\\n]|\\.)+)"
 _WORD_SPLIT = re.compile(r"[_\W]+|(?<=[a-z])(?=[A-Z])")
 # A value starts with a letter, a digit or one of these (a label followed by ", ..." is a mention)
 _VALUE_START = "+-$€£#(\"'"
+# An escape the output is in the middle of, at the end of a value written so far: `\` or `\u00`
+_OPEN_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(\\(?:u[0-9a-fA-F]{0,3})?)$")
+
+
+def _unescape(partial: str) -> tuple[str | None, str]:
+    """(the text of a JSON string body written so far, the escape it ends in the middle of, or "").
+    The text is None if the body is not valid JSON string content."""
+    escape = _OPEN_ESCAPE.search(partial)
+    body = partial[: escape.start(1)] if escape else partial
+    try:
+        return json.loads('"' + body + '"'), escape.group(1) if escape else ""
+    except ValueError:
+        return None, ""
 
 
 class ValueLookup:
@@ -52,6 +66,7 @@ class ValueLookup:
     """
 
     TAIL = 64  # context tokens decoded to see where in the JSON the text is
+    CHARS_PER_TOKEN = 8  # characters taken from the prompt per draft token of a multi-line copy
 
     def __init__(self, tokenizer, lookup: PromptLookup | None = None):
         self.tokenizer = tokenizer
@@ -88,11 +103,18 @@ class ValueLookup:
             if found is None:
                 return self._past_key(context, tail, value.start(), n)
             return self._encode(context, tail, value.start(), found + self._closing(tail), n)
-        continuation = self._continuation(partial, self._cursor(tail[: value.start()]))
+        written, escape = _unescape(partial)
+        if written is None:
+            return None
+        continuation = self._copy(written, self._cursor(tail[: value.start()]), n)
         if continuation is None:
             return None
         text, line_end = continuation
-        return self._encode(context, tail, value.start(), text + (self._closing(tail) if line_end else ""), n)
+        escaped = json.dumps(text, ensure_ascii=False)[1:-1]  # as the value holds it: \n, \", \\
+        if not escaped.startswith(escape):  # the escape the output is in the middle of
+            return None
+        draft = escaped[len(escape) :] + (self._closing(tail) if line_end else "")
+        return self._encode(context, tail, value.start(), draft, n)
 
     def _after_key(self, context: list[int], tail: str, key: re.Match, n: int) -> list[int] | None:
         found = self._label(key.group(1))
@@ -130,15 +152,31 @@ class ValueLookup:
             self._labels[key] = best[1] if best else None
         return self._labels[key]
 
-    def _continuation(self, partial: str, cursor: int) -> tuple[str, bool] | None:
-        """(the rest of the line after `partial` at a word start in `source`, whether the line ends
-        there) for its first occurrence from `cursor` on, else its last; None if it does not occur."""
+    def _copy(self, written: str, cursor: int, n: int) -> tuple[str, bool] | None:
+        """`_continuation` of the value written so far (its text, unescaped), else of its part from
+        a line start on (a copy whose first line the prompt does not hold: a Write that opens with a
+        code fence), longest first; a value holding a newline is a multi-line copy (a file's lines)."""
+        starts = [0] + [i + 1 for i, c in enumerate(written) if c == "\n"]
+        for start in starts:
+            if written[start:].strip():
+                found = self._continuation(written[start:], cursor, "\n" in written, n)
+                if found is not None:
+                    return found
+        return None
+
+    def _continuation(self, partial: str, cursor: int, lines: bool, n: int) -> tuple[str, bool] | None:
+        """(what follows `partial` at a word start in `source`, whether a line ends there) for its
+        first occurrence from `cursor` on, else its last; None if it does not occur. What follows is
+        the rest of the line, or with `lines` (a multi-line copy) the next `CHARS_PER_TOKEN * n`
+        characters, across line ends."""
         pos = self._word_find(partial, cursor, len(self.source), forward=True)
         if pos < 0:
             pos = self._word_find(partial, 0, cursor + len(partial), forward=False)
         if pos < 0:
             return None
         rest = self.source[pos + len(partial) :]
+        if lines:
+            return rest[: self.CHARS_PER_TOKEN * n], False
         line = rest.split("\n", 1)[0]
         return line.rstrip(), len(line) < len(rest) or not rest
 

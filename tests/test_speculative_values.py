@@ -117,3 +117,28 @@ def test_chained_drafts_cross_the_forced_keys(replay_model, monkeypatch):
     single = replay(replay_model, messages, schema, target, ValueLookup(replay_model.tokenizer), "oracle")
     assert chained["identical"] and single["identical"]
     assert chained["passes"] < single["passes"], (chained["passes"], single["passes"])
+
+
+SOURCE = (
+    "def total(lines):\n    result = Decimal(0)\n    for line in lines:\n"
+    '        result += line.quantity + line.price\n    return result\n\nprint(row["sku"])\n'
+)
+
+
+def test_a_multi_line_value_is_drafted_escaped_across_lines(qwen_tokenizer):
+    """An agent's Edit `old_string` or Write `content` copies lines of a file from a tool result: in
+    the JSON string the model writes `\\n` and `\\"` where the file has a newline and a quote. The
+    draft continues the copy in that escaped form, across line ends (no closing quote at a line's
+    end once the value holds a newline)."""
+    prefix = '{"file_path":"invoice.py","old_string":"def total(lines):\\n    result = Dec'
+    text = _draft_text(qwen_tokenizer, SOURCE, prefix, n=24)
+    assert text.startswith('imal(0)\\n    for line in lines:\\n        result += line.quantity'), text
+    # a value copied from a line that is not the file's first: found from its own line start
+    prefix = '{"content":"```python\\n    for line in lines:\\n        res'
+    text = _draft_text(qwen_tokenizer, SOURCE, prefix, n=16)
+    assert text.startswith("ult += line.quantity + line.price\\n    return result"), text
+
+
+def test_quotes_in_a_copied_line_are_drafted_escaped(qwen_tokenizer):
+    text = _draft_text(qwen_tokenizer, SOURCE, '{"file_path":"a.py","old_string":"print(row[\\"s', n=8)
+    assert text.startswith('ku\\"])'), text
