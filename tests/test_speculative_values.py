@@ -132,7 +132,7 @@ def test_a_multi_line_value_is_drafted_escaped_across_lines(qwen_tokenizer):
     end once the value holds a newline)."""
     prefix = '{"file_path":"invoice.py","old_string":"def total(lines):\\n    result = Dec'
     text = _draft_text(qwen_tokenizer, SOURCE, prefix, n=24)
-    assert text.startswith('imal(0)\\n    for line in lines:\\n        result += line.quantity'), text
+    assert text.startswith("imal(0)\\n    for line in lines:\\n        result += line.quantity"), text
     # a value copied from a line that is not the file's first: found from its own line start
     prefix = '{"content":"```python\\n    for line in lines:\\n        res'
     text = _draft_text(qwen_tokenizer, SOURCE, prefix, n=16)
