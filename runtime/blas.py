@@ -84,6 +84,10 @@ def setup_blas(candidates: Sequence[str] = OPENBLAS_CANDIDATES) -> str | None:
         return None
     for path in ([override] if override else []) + list(candidates) + [wheel_blas() or ""]:
         if path and os.path.exists(path):
+            if "libmkl_rt" in os.path.basename(path):
+                # MKL's default OpenMP threading, called from MLX's CPU stream thread, made the demo
+                # 10x slower than sequential MKL here (TTFT 16.7 s vs 1.6 s, 2 cores, loaded machine).
+                os.environ.setdefault("MKL_THREADING_LAYER", "SEQUENTIAL")
             try:
                 ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
             except OSError as exc:
