@@ -80,6 +80,7 @@ class _Renderer:
         where = {"item_id": c.item.id, "output_index": c.index, "content_index": 0}
         if c.kind == "reasoning":
             c.item.content = [r.ReasoningContent(text=c.text)]
+            c.item.encrypted_content = self.builder.reasoning_capsule(c.text)
             yield {"type": "response.reasoning_text.done", **where, "text": c.text}
         else:
             lp = [TokenLogprob(**e) for e in c.logprobs] if self.builder.logprobs else None
@@ -98,9 +99,7 @@ class _Renderer:
                 id=new_id("ctc_"), call_id=event.id, name=event.name, input="", status="in_progress"
             )
         else:
-            item = r.OutputFunctionCall(
-                id=new_id("fc_"), call_id=event.id, name=event.name, arguments="", status="in_progress"
-            )
+            item = self.builder.function_call(new_id("fc_"), event.id, event.name, "", "in_progress")
         self.ids[event.index] = item.id
         self.calls[event.index] = [item, len(self.output)]
         self.output.append(item)

@@ -1,0 +1,97 @@
+"""The real Codex CLI (node_modules/.bin/codex, pinned in package.json) as a test client of
+`coreai serve`: `codex exec --json` non-interactively, in an empty workspace with its own HOME and
+CODEX_HOME, its config.toml naming a custom model provider on the server's /v1 (`wire_api =
+"responses"`, a dummy key, the WebSocket transport on unless told otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CODEX = ROOT / "node_modules" / ".bin" / "codex"
+KEY_ENV = "COREAI_TEST_KEY"
+
+
+def codex_missing() -> str | None:
+    """Why the CLI cannot run (None: it can): the tests fail with this, never skip."""
+    if not CODEX.exists():
+        return f"{CODEX} is missing: run `make install` (npm ci installs the pinned Codex CLI)"
+    return None
+
+
+@dataclass
+class CodexRun:
+    """One `codex exec --json` run: its exit status, JSONL events and stderr."""
+
+    returncode: int
+    events: list[dict] = field(default_factory=list)
+    stderr: str = ""
+
+    def items(self, kind: str) -> list[dict]:
+        """The completed items of `kind` ("agent_message", "command_execution", "error", ...)."""
+        return [e["item"] for e in self.events if e.get("type") == "item.completed" and e["item"].get("type") == kind]
+
+    @property
+    def errors(self) -> list[str]:
+        """Error events and error items (the turn's failures, reconnects and warnings)."""
+        out = [e.get("message", "") for e in self.events if e.get("type") in ("error", "turn.failed")]
+        out += [e.get("error", {}).get("message", "") for e in self.events if e.get("type") == "turn.failed"]
+        return out + [i.get("message", "") for i in self.items("error")]
+
+    @property
+    def completed(self) -> bool:
+        return any(e.get("type") == "turn.completed" for e in self.events)
+
+
+def config_toml(base_url: str, model: str, websockets: bool = True, extra: str = "") -> str:
+    """A Codex config naming the server as its model provider."""
+    return (
+        f'model = "{model}"\nmodel_provider = "coreai"\n{extra}\n'
+        "[model_providers.coreai]\n"
+        'name = "coreai"\n'
+        f'base_url = "{base_url}/v1"\n'
+        'wire_api = "responses"\n'
+        f'env_key = "{KEY_ENV}"\n'
+        f"supports_websockets = {'true' if websockets else 'false'}\n"
+        "request_max_retries = 0\nstream_max_retries = 0\n"
+    )
+
+
+def codex_exec(
+    base_url: str,
+    model: str,
+    prompt: str,
+    tmp: Path,
+    *,
+    websockets: bool = True,
+    extra_config: str = "",
+    files: dict[str, str] | None = None,
+    timeout: float = 600,
+    key: str = "unused",
+) -> CodexRun:
+    """Run `codex exec --json --skip-git-repo-check -s read-only PROMPT` in `tmp/work` (holding
+    `files`), HOME `tmp/home`. extra_config: more top-level config.toml lines."""
+    home, work = tmp / "home", tmp / "work"
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
+    for name, text in (files or {}).items():
+        (work / name).write_text(text)
+    (home / ".codex" / "config.toml").write_text(config_toml(base_url, model, websockets, extra_config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    env |= {"HOME": str(home), "CODEX_HOME": str(home / ".codex"), KEY_ENV: key, "NO_COLOR": "1"}
+    cmd = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "-s", "read-only", "-C", str(work), prompt]
+    done = subprocess.run(
+        cmd, env=env, cwd=work, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+    events = []
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return CodexRun(done.returncode, events, done.stderr)

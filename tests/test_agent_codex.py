@@ -1,0 +1,225 @@
+"""Codex CLI end to end against `coreai serve` (issue #47), and the parts of the Responses dialect
+Codex needs, each with the real client: the Codex CLI (`tests/codex_cli.py`), the `openai` SDK and
+the `websockets` client, against real uvicorn servers on loopback.
+
+Fast lane: a tiny network that ends its turn at once (its context long enough for Codex's ~16k-token
+request) runs a whole Codex turn over the WebSocket and over HTTP; namespace tools, reasoning
+capsules and the WebSocket's rules on the tiny models. Model lane: the real Qwen model answers
+"What does hello.py print?" through Codex, which executes a tool call the model made."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+import websockets.exceptions
+import websockets.sync.client as ws_client
+from codex_cli import codex_exec, codex_missing
+from test_reasoning import SCHEMA as OK_SCHEMA
+from test_reasoning import qwen3  # noqa: F401 - the tiny reasoning model fixture
+
+import coreai  # noqa: F401 - loads the system BLAS before mlx.core
+from coreai.server import ServerConfig
+from coreai.server.background import serve_in_thread
+from coreai.server.responses.capsule import open_capsule
+
+# Codex's own warning for a model missing from its catalog: not an API error.
+CATALOG_WARNING = "Model metadata for"
+
+
+def api_errors(run) -> list[str]:
+    return [e for e in run.errors if not e.startswith(CATALOG_WARNING)]
+
+
+@pytest.fixture(scope="module")
+def ending_model(tmp_path_factory, write_tiny_tokenizer, write_tiny_network):
+    """A tiny qwen2 network with a 128k-token context that writes <|im_end|> first, always: the
+    residual stream's dimension 0 is a positive constant (every embedding's, no layer writes it),
+    the final norm keeps only it, and only the <|im_end|> row of the head reads it."""
+    import mlx.core as mx
+    from tokenizers import Tokenizer
+
+    from runtime import load_model
+
+    folder = tmp_path_factory.mktemp("tiny-ending")
+    write_tiny_tokenizer(folder)
+    write_tiny_network(folder, "qwen2", max_position_embeddings=131072)
+    w = dict(mx.load(str(folder / "model.safetensors")))
+    end = Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id("<|im_end|>")
+    w["model.embed_tokens.weight"][:, 0] = 4.0
+    for name, value in w.items():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            value[0, :] = 0.0
+    w["model.norm.weight"] = mx.zeros_like(w["model.norm.weight"])
+    w["model.norm.weight"][0] = 1.0
+    w["lm_head.weight"] = mx.zeros_like(w["lm_head.weight"])
+    w["lm_head.weight"][end, 0] = 10.0
+    mx.save_safetensors(str(folder / "model.safetensors"), w)
+    return load_model(folder)
+
+
+@pytest.fixture(scope="module")
+def ending(ending_model):
+    with serve_in_thread(ending_model, ServerConfig(model_name="tiny", max_tokens=64, temperature=0.0)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    with serve_in_thread(tiny_model, ServerConfig(model_name="tiny", max_tokens=48, temperature=0.0)) as base:
+        yield base
+
+
+def client(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+
+
+# ---- the CLI on the tiny model ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("websockets", [True, False], ids=["websocket", "http"])
+def test_codex_turn_completes_on_the_tiny_model(ending, tmp_path, websockets):
+    """Codex's whole first request (namespace and web_search tools, encrypted reasoning, store false,
+    its hints) is accepted and the turn completes: over the WebSocket with no fallback to HTTP."""
+    assert codex_missing() is None, codex_missing()
+    run = codex_exec(ending, "tiny", "Say hi.", tmp_path, websockets=websockets, timeout=300)
+    assert run.returncode == 0, (run.errors, run.stderr[-2000:])
+    assert run.completed and api_errors(run) == [], run.errors
+    usage = next(e["usage"] for e in run.events if e.get("type") == "turn.completed")
+    assert usage["input_tokens"] > 4000  # Codex's instructions and tools reached the model
+
+
+# ---- namespace tools ------------------------------------------------------------------------------
+
+AGENTS = {
+    "type": "namespace",
+    "name": "agents",
+    "description": "Sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "close_agent",
+            "description": "Close an agent.",
+            "parameters": {
+                "type": "object",
+                "properties": {"target": {"type": "string", "maxLength": 8}},
+                "required": ["target"],
+                "additionalProperties": False,
+            },
+        }
+    ],
+}
+
+
+def test_namespace_tool_call_comes_back_with_its_namespace(tiny):
+    c = client(tiny)
+    forced = {"type": "function", "name": "agents__close_agent"}
+    tools = [AGENTS, {"type": "web_search", "external_web_access": False}]
+    r = c.responses.create(model="tiny", input="Close agent 7.", tools=tools, tool_choice=forced)
+    [call] = [item for item in r.output if item.type == "function_call"]
+    assert (call.name, call.namespace) == ("close_agent", "agents")
+    assert "target" in json.loads(call.arguments)
+    with c.responses.stream(model="tiny", input="Close agent 7.", tools=tools, tool_choice=forced) as stream:
+        events = list(stream)
+    added = next(e.item for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
+    assert (added.name, added.namespace) == ("close_agent", "agents")
+    # Passed back as Codex stores it: the model sees the flat name again, the pairing holds.
+    back = [
+        {"role": "user", "content": "Close agent 7."},
+        call.model_dump(exclude_none=True, exclude={"status", "id"}),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "closed"},
+    ]
+    follow = c.responses.create(model="tiny", input=back, tools=tools, max_output_tokens=4)
+    assert follow.status in ("completed", "incomplete")
+
+
+def test_namespace_tools_colliding_with_a_function_are_a_400(tiny):
+    flat = {"type": "function", "name": "agents__close_agent", "parameters": {"type": "object"}}
+    r = httpx.post(f"{tiny}/v1/responses", json={"model": "tiny", "input": "x", "tools": [AGENTS, flat]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[1].name"
+
+
+# ---- reasoning capsules ---------------------------------------------------------------------------
+
+
+def test_reasoning_encrypted_content_round_trips(qwen3):  # noqa: F811 - the fixture imported above
+    text = {"format": {"type": "json_schema", "name": "ok", "schema": OK_SCHEMA}}
+    kw = dict(model="qwen3", input="Is it ok? Answer as JSON.", reasoning={"effort": "low"}, text=text)
+    with serve_in_thread(qwen3, ServerConfig(model_name="qwen3", max_tokens=300, temperature=0.0)) as base:
+        c = client(base)
+        r = c.responses.create(**kw, include=["reasoning.encrypted_content"], store=False)
+        with c.responses.stream(**kw, include=["reasoning.encrypted_content"]) as stream:
+            streamed = stream.get_final_response()
+        plain = c.responses.create(**kw)
+        reasoning = r.output[0]
+        assert open_capsule("reasoning", reasoning.encrypted_content) == {"text": reasoning.content[0].text}
+        assert streamed.output[0].encrypted_content and plain.output[0].encrypted_content is None
+        # Sent back (as Codex does with store false): accepted; a damaged capsule is a 400 naming it.
+        item = reasoning.model_dump(exclude_none=True, exclude={"status"})
+        turn = [{"role": "user", "content": "Is it ok?"}, item, {"role": "user", "content": "Again, as JSON."}]
+        again = c.responses.create(model="qwen3", input=turn, text=text, max_output_tokens=300)
+        assert again.status == "completed"
+        turn[1] = item | {"encrypted_content": item["encrypted_content"][:-6] + "!!!!!!"}
+        with pytest.raises(openai.BadRequestError) as bad:
+            c.responses.create(model="qwen3", input=turn, text=text)
+        assert bad.value.body["param"] == "input[1].encrypted_content"
+
+
+# ---- the WebSocket --------------------------------------------------------------------------------
+
+
+def socket(base: str, **kw):
+    return ws_client.connect(base.replace("http://", "ws://") + "/v1/responses", **kw)
+
+
+def answer(conn) -> list[dict]:
+    """The events of one request, up to its final one (or an error)."""
+    events = []
+    while True:
+        event = json.loads(conn.recv(timeout=120))
+        events.append(event)
+        if event["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
+            return events
+
+
+def test_websocket_answers_as_the_sse_stream_does(tiny):
+    body = {"model": "tiny", "input": "Say hi.", "max_output_tokens": 6, "store": False}
+    with httpx.stream("POST", f"{tiny}/v1/responses", json=body | {"stream": True}) as r:
+        sse_kinds = [json.loads(line[6:])["type"] for line in r.iter_lines() if line.startswith("data: ")]
+    with socket(tiny) as conn:
+        conn.send(json.dumps({"type": "response.create", **body, "generate": False}))
+        warm = answer(conn)
+        assert [e["type"] for e in warm] == ["response.created", "response.completed"]
+        assert warm[-1]["response"]["output"] == []
+        conn.send(json.dumps({"type": "response.create", **body}))
+        events = answer(conn)
+        assert [e["type"] for e in events] == sse_kinds
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        first = events[-1]["response"]
+        # store false: the connection still knows it, so the next request sends only the new item.
+        follow = {"model": "tiny", "input": [{"role": "user", "content": "More."}], "max_output_tokens": 4}
+        conn.send(json.dumps({"type": "response.create", **follow, "previous_response_id": first["id"]}))
+        assert answer(conn)[-1]["type"] == "response.incomplete"
+        # A bad request is an error event in OpenAI's shape; the connection stays open.
+        conn.send(json.dumps({"type": "response.create", "model": "tiny", "input": "x", "temperature": 9}))
+        [error] = answer(conn)
+        assert error["type"] == "error" and error["status"] == 400 and error["error"]["param"] == "temperature"
+        conn.send(json.dumps({"type": "response.create", **body}))
+        assert answer(conn)[-1]["type"] == "response.incomplete"
+    missing = httpx.get(f"{tiny}/v1/responses/{first['id']}")
+    assert missing.status_code == 404  # store false: never in the server's store
+
+
+def test_websocket_keeps_the_http_shells_rules(tiny_model):
+    config = ServerConfig(model_name="tiny", max_tokens=8, api_key="k", max_body_bytes=2048)
+    with serve_in_thread(tiny_model, config) as base:
+        with pytest.raises(websockets.exceptions.InvalidStatus):
+            socket(base).close()  # no key: refused at the handshake
+        with socket(base, additional_headers={"Authorization": "Bearer k"}) as conn:
+            conn.send(json.dumps({"type": "response.create", "model": "tiny", "input": "x" * 4000}))
+            [error] = answer(conn)
+            assert error["status"] == 413
+            conn.send(json.dumps({"type": "response.cancel"}))
+            assert answer(conn)[0]["error"]["param"] == "type"
