@@ -58,7 +58,74 @@ def config_toml(base_url: str, model: str, websockets: bool = True, extra: str =
         f'env_key = "{KEY_ENV}"\n'
         f"supports_websockets = {'true' if websockets else 'false'}\n"
         "request_max_retries = 0\nstream_max_retries = 0\n"
+        # A CPU prefill of Codex's prompt can outlast the default 5 minutes without an event.
+        "stream_idle_timeout_ms = 3600000\n"
     )
+
+
+# Codex's own configuration for a short prompt (the real-model test: prefill on a CPU is slow): its
+# instructions replaced, the permissions, environment, skills, apps and collaboration sections, the
+# sub-agent, goal, plugin, image and web-search tools off; `exec_command` (a shell), `write_stdin`,
+# `request_user_input` and (from the model catalog) `apply_patch` stay.
+SHORT = """model_instructions_file = "{instructions}"
+model_catalog_json = "{catalog}"
+web_search = "disabled"
+include_environment_context = false
+include_permissions_instructions = false
+include_apps_instructions = false
+include_collaboration_mode_instructions = false
+[skills]
+include_instructions = false
+[agents]
+enabled = false
+[features]
+goals = false
+apps = false
+plugins = false
+view_image = false
+tool_suggest = false
+sleep_tool = false
+"""
+# What Qwen2.5 is trained with, then one line on the shell: the 0.5B model then calls exec_command.
+INSTRUCTIONS = (
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant. You cannot see files: read them "
+    "with exec_command (cmd: cat FILE) before answering."
+)
+
+
+def model_catalog(model: str, context_window: int = 32768) -> dict:
+    """A Codex model catalog (`model_catalog_json`, Codex's `ModelInfo`) naming `model`: Codex then
+    knows its context window (no "model metadata not found" warning) and offers its freeform
+    `apply_patch` tool (a custom tool with a Lark grammar)."""
+    info = {
+        "slug": model,
+        "display_name": model,
+        "description": "served by coreai serve",
+        "supported_reasoning_levels": [],
+        "shell_type": "shell_command",
+        "visibility": "list",
+        "supported_in_api": True,
+        "priority": 1,
+        "upgrade": None,
+        "base_instructions": INSTRUCTIONS,
+        "supports_reasoning_summaries": False,
+        "support_verbosity": False,
+        "default_verbosity": None,
+        "apply_patch_tool_type": "freeform",
+        "truncation_policy": {"mode": "bytes", "limit": 10000},
+        "supports_parallel_tool_calls": False,
+        "context_window": context_window,
+        "experimental_supported_tools": [],
+    }
+    return {"models": [info]}
+
+
+def short_config(tmp: Path, model: str, instructions: str = INSTRUCTIONS) -> str:
+    """`SHORT`, its instructions and model catalog written in `tmp`."""
+    path, catalog = tmp / "instructions.md", tmp / "catalog.json"
+    path.write_text(instructions)
+    catalog.write_text(json.dumps(model_catalog(model)))
+    return SHORT.format(instructions=path, catalog=catalog)
 
 
 def codex_exec(

@@ -16,7 +16,7 @@ import openai
 import pytest
 import websockets.exceptions
 import websockets.sync.client as ws_client
-from codex_cli import codex_exec, codex_missing
+from codex_cli import codex_exec, codex_missing, short_config
 from test_reasoning import SCHEMA as OK_SCHEMA
 from test_reasoning import qwen3  # noqa: F401 - the tiny reasoning model fixture
 
@@ -223,3 +223,29 @@ def test_websocket_keeps_the_http_shells_rules(tiny_model):
             assert error["status"] == 413
             conn.send(json.dumps({"type": "response.cancel"}))
             assert answer(conn)[0]["error"]["param"] == "type"
+
+
+# ---- the CLI on the real model --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen(qwen_model):
+    config = ServerConfig(model_name="qwen2.5-coder-0.5b-instruct", max_tokens=1024, temperature=0.0)
+    with serve_in_thread(qwen_model, config) as base:
+        yield base
+
+
+@pytest.mark.model
+def test_codex_runs_a_tool_call_of_the_real_model(qwen, tmp_path):
+    """ "What does hello.py print?" on Qwen2.5-Coder-0.5B through Codex (its prompt shortened by its own
+    configuration, `codex_cli.short_config`): the CLI executes a shell command the model wrote, and
+    the turn ends without an API error."""
+    assert codex_missing() is None, codex_missing()
+    model = "qwen2.5-coder-0.5b-instruct"
+    files = {"hello.py": 'print("Hello, Ada!")\n'}
+    run = codex_exec(
+        qwen, model, "What does hello.py print?", tmp_path, extra_config=short_config(tmp_path, model), files=files
+    )
+    commands = [c for c in run.items("command_execution") if c.get("status") == "completed"]
+    assert commands, run.events
+    assert run.returncode == 0 and run.completed and api_errors(run) == [], (run.errors, run.stderr[-2000:])
