@@ -162,3 +162,16 @@ def codex_exec(
             except ValueError:
                 continue
     return CodexRun(done.returncode, events, done.stderr)
+
+
+def codex_binary() -> Path | None:
+    """The native Codex executable the npm package runs (node_modules/@openai/codex-<platform>)."""
+    found = sorted((ROOT / "node_modules" / "@openai").glob("codex-*/vendor/*/bin/codex"))
+    return found[0] if found else None
+
+
+def apply_patch(patch: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Codex's own `apply_patch` (its binary run as `apply_patch`, as Codex runs it) on `patch` in `cwd`."""
+    binary = codex_binary()
+    assert binary is not None, codex_missing() or "the native Codex binary is missing: run `make install`"
+    return subprocess.run(["apply_patch", patch], executable=binary, cwd=cwd, capture_output=True, text=True)

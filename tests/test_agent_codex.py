@@ -10,15 +10,17 @@ capsules and the WebSocket's rules on the tiny models. Model lane: the real Qwen
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import websockets.exceptions
 import websockets.sync.client as ws_client
-from codex_cli import codex_exec, codex_missing, short_config
+from codex_cli import apply_patch, codex_exec, codex_missing, short_config
 from test_reasoning import SCHEMA as OK_SCHEMA
 from test_reasoning import qwen3  # noqa: F401 - the tiny reasoning model fixture
+from test_tools_escaped import lark_accepts
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
@@ -62,7 +64,8 @@ def ending_model(tmp_path_factory, write_tiny_tokenizer, write_tiny_network):
 
 @pytest.fixture(scope="module")
 def ending(ending_model):
-    with serve_in_thread(ending_model, ServerConfig(model_name="tiny", max_tokens=64, temperature=0.0)) as base:
+    # 2048 tokens: a compaction's summary (at most 1,200 characters) is written in full.
+    with serve_in_thread(ending_model, ServerConfig(model_name="tiny", max_tokens=2048, temperature=0.0)) as base:
         yield base
 
 
@@ -167,6 +170,45 @@ def test_reasoning_encrypted_content_round_trips(qwen3):  # noqa: F811 - the fix
         assert bad.value.body["param"] == "input[1].encrypted_content"
 
 
+# ---- local compaction ----------------------------------------------------------------------------
+
+TURNS = [
+    {"role": "user", "content": "What does hello.py print?"},
+    {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": '{"cmd": "cat hello.py"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": 'print("Hello, Ada!")'},
+    {"role": "assistant", "content": "It prints Hello, Ada!"},
+]
+
+
+def test_a_compaction_trigger_is_answered_with_one_compaction_item(ending):
+    c = client(ending)
+    r = c.responses.create(model="tiny", input=[*TURNS, {"type": "compaction_trigger"}], store=False)
+    [item] = r.output
+    assert r.status == "completed" and item.type == "compaction" and item.encrypted_content
+    assert open_capsule("compaction", item.encrypted_content)["summary"]
+    with c.responses.stream(model="tiny", input=[*TURNS, {"type": "compaction_trigger"}]) as stream:
+        events = list(stream)
+    assert not [e for e in events if e.type.startswith("response.output_text")]  # the summary is not streamed
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [i.type for i in done] == ["compaction"] and events[-1].response.output[0].id == done[0].id
+    # Replayed in a later request (on any instance: the capsule is self-contained), it expands.
+    compacted = item.model_dump(exclude_none=True)
+    later = c.responses.create(model="tiny", input=[compacted, {"role": "user", "content": "And now?"}])
+    assert later.status == "completed" and later.usage.input_tokens > 20
+    bad = compacted | {"encrypted_content": "gAAAA-openai-sealed"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        c.responses.create(model="tiny", input=[bad, {"role": "user", "content": "And now?"}])
+    assert refused.value.body["param"] == "input[0].encrypted_content"
+
+
+def test_responses_compact_endpoint(ending):
+    compacted = client(ending).responses.compact(model="tiny", input=TURNS)
+    assert compacted.object == "response.compaction"
+    assert [i.type for i in compacted.output] == ["message", "compaction"]
+    assert compacted.output[0].content[0].text == TURNS[0]["content"]
+    assert open_capsule("compaction", compacted.output[-1].encrypted_content)["summary"]
+
+
 # ---- the WebSocket --------------------------------------------------------------------------------
 
 
@@ -249,3 +291,28 @@ def test_codex_runs_a_tool_call_of_the_real_model(qwen, tmp_path):
     commands = [c for c in run.items("command_execution") if c.get("status") == "completed"]
     assert commands, run.events
     assert run.returncode == 0 and run.completed and api_errors(run) == [], (run.errors, run.stderr[-2000:])
+
+
+APPLY_PATCH_TOOL = json.loads((Path(__file__).parent / "data" / "codex" / "apply_patch_tool.json").read_text())
+
+
+@pytest.mark.model
+def test_a_forced_apply_patch_of_the_real_model_parses_and_applies(qwen, tmp_path):
+    """Codex's freeform `apply_patch` (its Lark grammar, captured from the CLI), forced on the real
+    model: the input carried JSON-escaped decodes to a patch holding real newlines that Codex's
+    grammar parses and Codex's own apply_patch applies."""
+    (tmp_path / "hello.py").write_text('print("Hello, world!")\n')
+    ask = 'In hello.py, which holds print("Hello, world!"), make it print "Hello, Ada!" instead.'
+    r = client(qwen).responses.create(
+        model="qwen2.5-coder-0.5b-instruct",
+        input=ask,
+        tools=[APPLY_PATCH_TOOL],
+        tool_choice={"type": "custom", "name": "apply_patch"},
+        max_output_tokens=200,
+    )
+    [call] = [item for item in r.output if item.type == "custom_tool_call"]
+    patch = call.input
+    assert "\n" in patch and "\\n" not in patch, patch
+    assert lark_accepts(APPLY_PATCH_TOOL["format"]["definition"], patch), patch
+    done = apply_patch(patch, tmp_path)
+    assert done.returncode == 0, (patch, done.stderr)

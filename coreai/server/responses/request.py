@@ -19,6 +19,7 @@ from coreai.server.openai.family import (
 )
 from coreai.server.pairing import tool_pairing_error
 from coreai.server.policy import Hint, ignored_fields
+from coreai.server.responses import compaction
 from coreai.server.responses import schemas as r
 from coreai.server.responses.capsule import PREFIX, CapsuleError, open_capsule
 from coreai.server.responses.namespaces import flat_name, flatten
@@ -58,6 +59,15 @@ def generation_request(
     answered = [(m["role"], [c["id"] for c in m.get("tool_calls") or []], m.get("tool_call_id")) for m in messages]
     if found := tool_pairing_error(answered):
         raise bad_request(f"input: {found[2]}", "input")
+    if compaction.is_trigger(req):  # local compaction: the model summarizes the conversation
+        summary = GenerationRequest(
+            messages=compaction.summary_messages(messages),
+            names=RESPONSES_NAMES,
+            sampling=sampling_of(req),
+            max_tokens=req.max_output_tokens,
+            answer=compaction.summary_answer(),
+        )
+        return summary, conversation
     params = iter(["previous_response_id"] * sum(len(m.get("tool_calls") or []) for m in history) + call_params)
     fmt = req.text.format if req.text else None
     response_format = None

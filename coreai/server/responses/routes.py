@@ -30,6 +30,7 @@ from coreai.server.guard import require_api_key
 from coreai.server.openai.family import chat_logprobs, usage_info
 from coreai.server.responses import schemas as r
 from coreai.server.responses.capsule import seal
+from coreai.server.responses.compaction import compaction_item, is_trigger, kept_user_messages
 from coreai.server.responses.namespaces import flatten
 from coreai.server.responses.request import generation_request, ignored
 from coreai.server.responses.schemas import new_id
@@ -68,6 +69,7 @@ class ResponseBuilder:
         self.id = new_id("resp_")
         self.created_at = int(time.time())
         self.namespaces = flatten(req.tools)
+        self.compaction = is_trigger(req)  # answered with one compaction item (`compaction.py`)
         self.capsules = "reasoning.encrypted_content" in (req.include or [])
 
     def reasoning_capsule(self, text: str) -> str | None:
@@ -135,6 +137,8 @@ class ResponseBuilder:
         cut or failed and nothing followed it. ids: the items' ids streamed already ("reasoning",
         "message", a call's index); new ones for the others."""
         ids = ids or {}
+        if self.compaction:
+            return [compaction_item(outcome.content or "", ids.get("compaction"))]
         ended = outcome.finish_reason not in ("length", "error")
         calls = bool(outcome.calls or outcome.cut)
         items: list[r.OutputItem] = []
@@ -247,6 +251,48 @@ class ResponsesReply:
 async def create_response(req: r.ResponseCreateRequest, request: Request, server: Server, store: Store):
     """OpenAI Responses (stream: SSE of Responses events, `response.created` ... `response.completed`)."""
     return await dispatch(server, request, ResponsesCall(req, server, store))
+
+
+class CompactReply(ResponsesReply):
+    """`POST /v1/responses/compact`'s reply: OpenAI's `CompactedResponse`, the input's user
+    messages then the one compaction item."""
+
+    def __init__(self, call: ResponsesCall, job: GenerationJob, users: list[dict]):
+        super().__init__(call, job)
+        self.keep, self.users = None, users
+
+    def complete(self, collected: Collected) -> dict:
+        [(pieces, result)] = collected
+        final = self.builder.render(finish_of(pieces, result, self.events)).model_dump()
+        if final["status"] == "failed":
+            raise APIError(500, (final.get("error") or {}).get("message", "the compaction failed"), "server_error")
+        head = {"id": final["id"], "object": "response.compaction", "created_at": final["created_at"]}
+        return head | {"output": self.users + final["output"], "usage": final["usage"]}
+
+
+@dataclass
+class CompactCall(ResponsesCall):
+    """`POST /v1/responses/compact`: the request with a `compaction_trigger` appended, whole."""
+
+    users: list[dict] = field(default_factory=list)
+
+    @property
+    def stream(self) -> bool:
+        return False
+
+    def reply(self, job: GenerationJob) -> ResponsesReply:
+        return CompactReply(self, job, self.users)
+
+
+@router.post("/responses/compact", responses=ERROR_RESPONSES)
+async def compact_response(req: r.ResponseCreateRequest, request: Request, server: Server, store: Store):
+    """OpenAI's compaction, done locally (`compaction.py`): `input` (and `previous_response_id`'s
+    conversation) summarized by the model into one `compaction` item, after the input's user messages."""
+    items = [r.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else list(req.input)
+    trigger = r.CompactionTriggerItem(type="compaction_trigger")
+    body = req.model_copy(update={"input": [*items, trigger], "stream": False})
+    call = CompactCall(body, server, store, users=kept_user_messages(req))
+    return await dispatch(server, request, call)
 
 
 async def stored(stream, keep) -> AsyncGenerator[dict]:

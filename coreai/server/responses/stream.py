@@ -127,8 +127,12 @@ class _Renderer:
         yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
 
     def finish(self, event: Finish):
-        """The open text item closed with the status the outcome gives it, then the final response."""
+        """The open text item closed with the status the outcome gives it, then the final response
+        (a compaction's one item is sent whole, here: its summary is not streamed)."""
         final = self.builder.render(event, self.ids)
+        for index, item in enumerate(final.output if self.builder.compaction else []):
+            yield {"type": "response.output_item.added", "output_index": index, "item": item.model_dump()}
+            yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
         if self.current is not None:
             statuses = {item.id: item.status for item in final.output}
             cut = event.finish_reason in ("length", "error")
@@ -151,6 +155,8 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
         yield {"type": "response.created", "response": builder.response().model_dump()}
         yield {"type": "response.in_progress", "response": builder.response().model_dump()}
         async for event in job_events(job, reply):
+            if builder.compaction and isinstance(event, (ReasoningDelta, ContentDelta)):
+                continue  # the summary is sent as the compaction item, once whole
             if isinstance(event, ReasoningDelta):
                 out = render.text_delta("reasoning", event.text, [])
             elif isinstance(event, ContentDelta):
