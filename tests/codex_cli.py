@@ -139,9 +139,11 @@ def codex_exec(
     files: dict[str, str] | None = None,
     timeout: float = 600,
     key: str = "unused",
+    resume: bool = False,
 ) -> CodexRun:
     """Run `codex exec --json --skip-git-repo-check -s read-only PROMPT` in `tmp/work` (holding
-    `files`), HOME `tmp/home`. extra_config: more top-level config.toml lines."""
+    `files`), HOME `tmp/home`. extra_config: more top-level config.toml lines. resume: continue
+    the last session of this HOME (`exec resume --last`), as a next turn."""
     home, work = tmp / "home", tmp / "work"
     (home / ".codex").mkdir(parents=True, exist_ok=True)
     work.mkdir(exist_ok=True)
@@ -150,7 +152,8 @@ def codex_exec(
     (home / ".codex" / "config.toml").write_text(config_toml(base_url, model, websockets, extra_config))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
     env |= {"HOME": str(home), "CODEX_HOME": str(home / ".codex"), KEY_ENV: key, "NO_COLOR": "1"}
-    cmd = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "-s", "read-only", "-C", str(work), prompt]
+    cmd = [str(CODEX), "exec", "--json", "--skip-git-repo-check", "-s", "read-only", "-C", str(work)]
+    cmd += ["resume", "--last", prompt] if resume else [prompt]
     done = subprocess.run(
         cmd, env=env, cwd=work, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
     )

@@ -365,7 +365,9 @@ class ResponseCreateRequest(Body):
     def _consistent(self):
         if isinstance(self.input, list) and not self.input:
             raise located_error(("input",), "input must hold at least one item", self.input)
-        if self.tool_choice is not None and not self.tools:
+        # "auto" / "none" ask for no call: meaningful with no tools (Codex's compaction request sends
+        # `tool_choice: "auto"` with `tools: []`); a forced call needs a tool.
+        if self.tool_choice not in (None, "auto", "none") and not self.tools:
             raise located_error(("tool_choice",), "tool_choice is only allowed when tools are given", self.tool_choice)
         return self
 
