@@ -178,3 +178,35 @@ def apply_patch(patch: str, cwd: Path) -> subprocess.CompletedProcess:
     binary = codex_binary()
     assert binary is not None, codex_missing() or "the native Codex binary is missing: run `make install`"
     return subprocess.run(["apply_patch", patch], executable=binary, cwd=cwd, capture_output=True, text=True)
+
+
+def recording_proxy(upstream: str, out: Path):
+    """An ASGI app forwarding `/v1/...` to `upstream` (the HTTP transport: run Codex with
+    `websockets=False`), appending each request's path and JSON body to `out` (JSONL): the recorded
+    traffic the replay test sends again (tests/data/codex/session.jsonl)."""
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    async def forward(request: Request):
+        body = await request.body()
+        with out.open("a") as f:
+            f.write(json.dumps({"path": request.url.path, "body": json.loads(body or b"null")}) + "\n")
+        client = httpx.AsyncClient(base_url=upstream, timeout=None)
+        req = client.build_request(
+            request.method, request.url.path, content=body, headers={"content-type": "application/json"}
+        )
+        resp = await client.send(req, stream=True)
+
+        async def chunks():
+            async for chunk in resp.aiter_raw():
+                yield chunk
+            await resp.aclose()
+            await client.aclose()
+
+        kind = resp.headers.get("content-type", "application/json")
+        return StreamingResponse(chunks(), status_code=resp.status_code, media_type=kind)
+
+    return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])

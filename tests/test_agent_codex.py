@@ -9,11 +9,13 @@ capsules and the WebSocket's rules on the tiny models. Model lane: the real Qwen
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import httpx
 import openai
+import pydantic
 import pytest
 import websockets.exceptions
 import websockets.sync.client as ws_client
@@ -94,10 +96,10 @@ def test_codex_turn_completes_on_the_tiny_model(ending, tmp_path, websockets):
     assert usage["input_tokens"] > 4000  # Codex's instructions and tools reached the model
 
 
-def test_codex_compacts_locally_and_carries_on(ending, tmp_path):
-    """Remote compaction v2 done by the server: with a low auto-compact limit, Codex's second turn
-    first sends a `compaction_trigger` (its request with `tool_choice: "auto"` and no tools), gets
-    one `compaction` item, replays it, and the turn completes."""
+def test_codex_compacts_and_carries_on(ending, tmp_path):
+    """With a low auto-compact limit, Codex's second turn first compacts (Codex 0.171.0 with a custom
+    provider compacts inline: its summarization prompt as a request with `tool_choice: "auto"` and no
+    tools, refused with a 400 before #47), then the turn completes on the summary."""
     low = "model_auto_compact_token_limit = 2000"
     first = codex_exec(ending, "tiny", "Say hi.", tmp_path, extra_config=low, timeout=300)
     assert first.returncode == 0 and first.completed, first.errors
@@ -105,6 +107,38 @@ def test_codex_compacts_locally_and_carries_on(ending, tmp_path):
     assert second.returncode == 0 and second.completed and api_errors(second) == [], second.errors
     rollouts = "".join(p.read_text() for p in (tmp_path / "home" / ".codex" / "sessions").rglob("*.jsonl"))
     assert '"compaction_response_id":"resp_' in rollouts  # Codex recorded the compaction it got
+
+
+# ---- recorded traffic -----------------------------------------------------------------------------
+
+# A Codex 0.171.0 session recorded through `codex_cli.recording_proxy` (HTTP transport, the tiny ending
+# model): three turns (`exec`, then `exec resume --last` twice) with a compaction before each later
+# turn (auto-compact limit 2,000 tokens): five requests of ~23-42 KB, in order.
+SESSION = Path(__file__).parent / "data" / "codex" / "session.jsonl.gz"
+
+
+def recorded() -> list[dict]:
+    with gzip.open(SESSION, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_recorded_codex_session_replays_and_parses_with_the_sdk(ending):
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    events_of = pydantic.TypeAdapter(ResponseStreamEvent)
+    requests = recorded()
+    assert len(requests) == 5 and sum(not r["body"].get("tools") for r in requests) == 2  # two compactions
+    for request in requests:
+        assert request["path"] == "/v1/responses"
+        body = request["body"] | {"model": "tiny"}
+        with httpx.stream("POST", f"{ending}/v1/responses", json=body, timeout=300) as r:
+            assert r.status_code == 200, r.read()
+            lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        events = [events_of.validate_python(json.loads(line)) for line in lines]
+        assert events[-1].type == "response.completed", events[-1]
+        Response.model_validate(events[-1].response.model_dump())
+        whole = httpx.post(f"{ending}/v1/responses", json=body | {"stream": False}, timeout=300)
+        assert Response.model_validate(whole.json()).status == "completed"
 
 
 # ---- namespace tools ------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputR
 
 class InputTokensDetails(BaseModel):
     cached_tokens: int = 0
+    cache_write_tokens: int = 0  # the SDK requires it; this server reports no cache writes as such
 
 
 class OutputTokensDetails(BaseModel):
