@@ -180,10 +180,11 @@ def apply_patch(patch: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["apply_patch", patch], executable=binary, cwd=cwd, capture_output=True, text=True)
 
 
-def recording_proxy(upstream: str, out: Path):
+def recording_proxy(upstream: str, out: Path | None, measure: list | None = None):
     """An ASGI app forwarding `/v1/...` to `upstream` (the HTTP transport: run Codex with
     `websockets=False`), appending each request's path and JSON body to `out` (JSONL): the recorded
-    traffic the replay test sends again (tests/data/codex/session.jsonl)."""
+    traffic the replay test sends again (tests/data/codex/session.jsonl). measure: a list that gets,
+    per request, {"tools": bool, "seconds", "ttft_s" (to the first output item event), "usage"}."""
     import httpx
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -191,9 +192,14 @@ def recording_proxy(upstream: str, out: Path):
     from starlette.routing import Route
 
     async def forward(request: Request):
+        import time
+
         body = await request.body()
-        with out.open("a") as f:
-            f.write(json.dumps({"path": request.url.path, "body": json.loads(body or b"null")}) + "\n")
+        data = json.loads(body or b"null")
+        if out is not None:
+            with out.open("a") as f:
+                f.write(json.dumps({"path": request.url.path, "body": data}) + "\n")
+        start, row = time.perf_counter(), {"tools": bool((data or {}).get("tools")), "ttft_s": None, "usage": None}
         client = httpx.AsyncClient(base_url=upstream, timeout=None)
         req = client.build_request(
             request.method, request.url.path, content=body, headers={"content-type": "application/json"}
@@ -202,9 +208,20 @@ def recording_proxy(upstream: str, out: Path):
 
         async def chunks():
             async for chunk in resp.aiter_raw():
+                text = chunk.decode(errors="replace")
+                if row["ttft_s"] is None and "response.output_item.added" in text:
+                    row["ttft_s"] = round(time.perf_counter() - start, 3)
+                for line in text.splitlines():
+                    if line.startswith("data: ") and '"usage"' in line and '"response.' in line:
+                        try:
+                            row["usage"] = json.loads(line[6:])["response"].get("usage")
+                        except (ValueError, KeyError):
+                            pass
                 yield chunk
             await resp.aclose()
             await client.aclose()
+            if measure is not None:
+                measure.append(row | {"seconds": round(time.perf_counter() - start, 3)})
 
         kind = resp.headers.get("content-type", "application/json")
         return StreamingResponse(chunks(), status_code=resp.status_code, media_type=kind)
