@@ -112,7 +112,7 @@ def test_codexs_hints_and_hosted_tools_are_accepted_and_named(tiny):
     assert response.status in ("completed", "incomplete") and response.model == "gpt-4o"  # 8 tokens at most
     names = raw.headers[IGNORED].split(", ")
     assert {"prompt_cache_key", "client_metadata", "reasoning.summary", "tools[1] (web_search)"} <= set(names)
-    assert "include: reasoning.encrypted_content" in names
+    assert "include: reasoning.encrypted_content" not in names  # made: a capsule (tests/test_agent_codex.py)
     with pytest.raises(openai.BadRequestError, match="hosted tool"):
         c.responses.create(model="tiny", input="Hi", tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
 

@@ -81,7 +81,7 @@ def test_a_forced_custom_call_matches_its_grammar_and_streams_its_input(tiny_mod
 
 # The input as the hermes envelope carries it: JSON-escaped for regex and text, raw for Lark.
 WRITTEN = [
-    (SQL_TOOL, "SELECT a, b FROM t WHERE c = 'x \"y\"';", "SELECT a, b FROM t WHERE c = 'x \"y\"';"),
+    (SQL_TOOL, "SELECT a, b FROM t WHERE c = 'x \"y\"';", json.dumps("SELECT a, b FROM t WHERE c = 'x \"y\"';")),
     (DATE_TOOL, "2024-02-29", '"2024-02-29"'),
     (NOTE_TOOL, 'two\nlines "quoted" \\ é', json.dumps('two\nlines "quoted" \\ é', ensure_ascii=False)),
 ]
@@ -103,7 +103,7 @@ def test_written_calls_read_back_unescaped_and_stream_exactly(tiny_model, tool, 
     name = tool.get("custom", tool)["name"]
     session = ConstrainedSession(tiny_model, tools=[SEARCH, tool], tool_choice="required", tool_format=fmt)
     if fmt == "hermes":
-        text = hermes_call(name, f'"{written}"' if tool is SQL_TOOL else written)
+        text = hermes_call(name, written)
     else:
         text = xml_call(name, value)
     ids = ids_of(session, text)

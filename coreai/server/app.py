@@ -31,6 +31,7 @@ from coreai.server.errors import install as install_error_handlers
 from coreai.server.guard import BodyLimit
 from coreai.server.openai import routes as openai
 from coreai.server.responses import routes as responses
+from coreai.server.responses import websocket as responses_socket
 from coreai.server.state import ServerState
 from guided import GrammarCache
 from runtime import Model
@@ -67,6 +68,7 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     app.include_router(models.router)
     app.include_router(openai.router)
     responses.install(app)
+    responses_socket.install(app)  # Responses over a WebSocket on /v1/responses
     messages.install(app)
     playground.install(app)  # the page at `/` (docs/reference/server.md#the-playground)
     return app

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import hmac
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from coreai.server.errors import APIError, respond
 
 
-def require_api_key(request: Request) -> None:
+def require_api_key(request: HTTPConnection) -> None:
     """Route dependency: the `Authorization: Bearer <key>` of `ServerConfig.api_key` (or the
     Anthropic SDK's `x-api-key: <key>`), when one is set. The scheme is case-insensitive (RFC 7235:
     "bearer" is "Bearer"); the key is compared exactly, in constant time. Raises APIError 401
-    `invalid_api_key`."""
+    `invalid_api_key`. `request`: an HTTP request or a WebSocket's handshake."""
     key = request.app.state.server.config.api_key
     if not key:
         return

@@ -14,9 +14,11 @@ string parameter, `input`, and a call is `{"name": N, "<args key>": {"input": S}
 - text and regex: S is a JSON string, escaped as JSON escapes it; the engine constrains its
   *decoded* content (llguidance's JSON string `pattern`, anchored `^(?:R)$`, in llguidance's regex
   dialect, Rust's `regex` crate). The input is S decoded.
-- lark: S is `"` + the input as the grammar matches it + `"`, *not* JSON-escaped: llguidance applies
-  a regex through JSON escaping (a lexeme), not a context-free grammar, so the grammar (an inline
-  `%lark { ... }` subgrammar) constrains the raw text between the quotes. The input is that text.
+- lark: S is a JSON string too, escaped as JSON escapes it (a newline written `\\n`, a quote `\\"`,
+  a backslash `\\\\`): llguidance applies a regex through JSON escaping (a lexeme), not a
+  context-free grammar, so the grammar is mapped to the grammar of its language's JSON-escaped
+  texts (`guided.tools.escaped.escaped_lark`, an inline `%lark { ... }` subgrammar between the
+  quotes). The input is S decoded, a string of the grammar's own language.
 
 Each custom call is one capture (`CUSTOM`, the whole envelope), read by `read_custom`.
 
@@ -33,12 +35,12 @@ from __future__ import annotations
 import json
 import re
 
+from guided.tools.escaped import escaped_lark
 from runtime.errors import InputError
 
 CUSTOM = "custom"  # the capture name of a custom call's envelope (after `APPEND`)
 INPUT = "input"  # the one parameter a custom tool is shown with
 INPUT_OPEN = '{"input": '  # how a custom call's arguments begin, as the grammar writes them
-RAW_CLOSE = '"}}'  # what follows a Lark input: the closing quote, the arguments' and the envelope's braces
 SYNTAXES = ("lark", "regex")
 
 
@@ -77,7 +79,7 @@ def input_lark(fmt: dict) -> str:
         return '%json {"type": "string"}'
     if fmt["syntax"] == "regex":
         return "%json " + json.dumps({"type": "string", "pattern": f"^(?:{fmt['definition']})$"}, ensure_ascii=False)
-    return '"\\"" %lark {\n' + fmt["definition"].strip() + '\n} "\\""'
+    return '"\\"" %lark {\n' + escaped_lark(fmt["definition"]).strip() + '\n} "\\""'
 
 
 def raw_lark(fmt: dict) -> str | None:
@@ -101,12 +103,9 @@ def alone(fmt: dict) -> dict | None:
 
 def read_custom(arguments: str, fmt: dict) -> str | None:
     """The input of a complete custom call, from its arguments text `{"input": S}}` (the
-    envelope's closing brace included, as captured); None if it is not one."""
+    envelope's closing brace included, as captured): S decoded; None if it is not one."""
     if not arguments.startswith(INPUT_OPEN):
         return None
-    if fmt.get("syntax") == "lark":
-        body = arguments[len(INPUT_OPEN) :]
-        return body[1 : -len(RAW_CLOSE)] if body.startswith('"') and body.endswith(RAW_CLOSE) else None
     try:
         value = json.loads(arguments[:-1])
     except ValueError:
@@ -116,19 +115,11 @@ def read_custom(arguments: str, fmt: dict) -> str | None:
 
 def input_so_far(arguments: str, fmt: dict) -> str:
     """The input decoded from the arguments text of a call being written (`{"input": S` so far):
-    only what is certainly input, so that what follows extends it. For a JSON string, its complete
-    characters (an escape is taken once whole, a high surrogate once its pair has come); for a raw
-    Lark input, the text before the first `"}}` (or before an end that may begin it: the input may
-    hold the sequence, in which case the rest waits for the call's end)."""
+    only what is certainly input, so that what follows extends it: S's complete characters (an
+    escape is taken once whole, a high surrogate once its pair has come)."""
     if not arguments.startswith(INPUT_OPEN + '"'):
         return ""
     body = arguments[len(INPUT_OPEN) + 1 :]
-    if fmt.get("syntax") == "lark":
-        end = body.find(RAW_CLOSE)
-        if end < 0:
-            tail = range(max(0, len(body) - len(RAW_CLOSE) + 1), len(body))
-            end = next((i for i in tail if RAW_CLOSE.startswith(body[i:])), len(body))
-        return body[:end]
     out, i = [], 0
     while i < len(body):
         c = body[i]

@@ -34,6 +34,7 @@ class OutputFunctionCall(BaseModel):
     name: str
     arguments: str
     status: Literal["in_progress", "completed", "incomplete"]
+    namespace: str | None = None  # the namespace tool holding the function (`namespaces.py`)
 
 
 class ReasoningContent(BaseModel):
@@ -47,6 +48,7 @@ class OutputReasoning(BaseModel):
     summary: list[Any] = []
     content: list[ReasoningContent]
     status: Literal["in_progress", "completed", "incomplete"]
+    encrypted_content: str | None = None  # with include ["reasoning.encrypted_content"]: a capsule
 
 
 class OutputCustomToolCall(BaseModel):
@@ -58,11 +60,21 @@ class OutputCustomToolCall(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
-OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning
+class OutputCompaction(BaseModel):
+    """The one item answering a `compaction_trigger` (and `POST /v1/responses/compact`'s last item):
+    `encrypted_content` is the capsule of the conversation's summary (`compaction.py`)."""
+
+    type: Literal["compaction"] = "compaction"
+    id: str
+    encrypted_content: str
+
+
+OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning | OutputCompaction
 
 
 class InputTokensDetails(BaseModel):
     cached_tokens: int = 0
+    cache_write_tokens: int = 0  # the SDK requires it; this server reports no cache writes as such
 
 
 class OutputTokensDetails(BaseModel):

@@ -19,7 +19,10 @@ from coreai.server.openai.family import (
 )
 from coreai.server.pairing import tool_pairing_error
 from coreai.server.policy import Hint, ignored_fields
+from coreai.server.responses import compaction
 from coreai.server.responses import schemas as r
+from coreai.server.responses.capsule import PREFIX, CapsuleError, open_capsule
+from coreai.server.responses.namespaces import flat_name, flatten
 from coreai.service import GenerationRequest, Names
 
 # The Responses fields of the field policy's class (b): the OpenAI family's (but `metadata`, which a
@@ -56,6 +59,15 @@ def generation_request(
     answered = [(m["role"], [c["id"] for c in m.get("tool_calls") or []], m.get("tool_call_id")) for m in messages]
     if found := tool_pairing_error(answered):
         raise bad_request(f"input: {found[2]}", "input")
+    if compaction.is_trigger(req):  # local compaction: the model summarizes the conversation
+        summary = GenerationRequest(
+            messages=compaction.summary_messages(messages),
+            names=RESPONSES_NAMES,
+            sampling=sampling_of(req),
+            max_tokens=req.max_output_tokens,
+            answer=compaction.summary_answer(),
+        )
+        return summary, conversation
     params = iter(["previous_response_id"] * sum(len(m.get("tool_calls") or []) for m in history) + call_params)
     fmt = req.text.format if req.text else None
     response_format = None
@@ -68,7 +80,7 @@ def generation_request(
         raise bad_request(f"tool_choice: {choice.type!r} is a hosted tool, not run here", "tool_choice.type")
     if isinstance(choice, (r.FunctionChoice, r.CustomChoice)):
         choice = {"type": choice.type, choice.type: {"name": choice.name}}
-    tools = [tool_definition(t) for t in req.tools or [] if not isinstance(t, r.HostedTool)]
+    tools = [tool_definition(t) for t in flatten(req.tools).tools]
     if choice == "required" and req.tools and not tools:
         raise bad_request("tool_choice: 'required' asks for a call, and the only tools are hosted ones", "tool_choice")
     if response_format is not None and req.structured_outputs is not None:
@@ -82,7 +94,7 @@ def generation_request(
         tools=tools or None,
         tool_choice=choice if tools else None,
         parallel_tool_calls=req.parallel_tool_calls,
-        logprobs=req.top_logprobs is not None or bool(req.include),
+        logprobs=req.top_logprobs is not None or "message.output_text.logprobs" in (req.include or []),
         top_logprobs=req.top_logprobs or 0,
         **reasoning_of(req.reasoning.effort if req.reasoning else None),
     )
@@ -91,9 +103,11 @@ def generation_request(
 
 def ignored(req: r.ResponseCreateRequest) -> list[str]:
     """What `req` asks for that this server accepts and does not apply: its hints, `include`
-    values other than the logprobs, and its hosted tools (left out of what the model sees)."""
+    values other than the logprobs and the reasoning capsule, and its hosted tools (left out of
+    what the model sees)."""
     names = ignored_fields(req.model_dump(by_alias=True, exclude_none=True), HINTS)
-    names += [f"include: {value}" for value in req.include or [] if value != "message.output_text.logprobs"]
+    made = ("message.output_text.logprobs", "reasoning.encrypted_content")
+    names += [f"include: {value}" for value in req.include or [] if value not in made]
     hosted = [(i, t.type) for i, t in enumerate(req.tools or []) if isinstance(t, r.HostedTool)]
     return names + [f"tools[{i}] ({kind})" for i, kind in hosted]
 
@@ -120,11 +134,8 @@ def input_messages(req: r.ResponseCreateRequest) -> tuple[list[dict], list[str]]
             if isinstance(item, r.CustomToolCallItem):
                 call = {"id": item.call_id, "type": "custom", "custom": {"name": item.name, "input": item.input}}
             else:
-                call = {
-                    "id": item.call_id,
-                    "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments},
-                }
+                name = flat_name(item.namespace, item.name)  # as the model saw it (`namespaces`)
+                call = {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": item.arguments}}
             call_params.append(f"input[{i}].arguments")
             if messages and messages[-1]["role"] == "assistant":
                 messages[-1].setdefault("tool_calls", []).append(call)
@@ -132,7 +143,29 @@ def input_messages(req: r.ResponseCreateRequest) -> tuple[list[dict], list[str]]
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif isinstance(item, (r.FunctionCallOutputItem, r.CustomToolCallOutputItem)):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)})
+        elif isinstance(item, r.CompactionItem):
+            messages.append({"role": "user", "content": compaction_text(opened("compaction", item, i))})
+        elif isinstance(item, r.ReasoningItem) and (item.encrypted_content or "").startswith(PREFIX):
+            opened("reasoning", item, i)  # checked, then dropped as every reasoning item is
     return messages, call_params
+
+
+def opened(kind: str, item: r.CompactionItem | r.ReasoningItem, i: int):
+    """The data of input item `i`'s capsule; a 400 naming `input[i].encrypted_content` when it is not
+    one of this server's `kind` capsules."""
+    try:
+        return open_capsule(kind, item.encrypted_content or "")
+    except CapsuleError as exc:
+        raise bad_request(f"input[{i}].encrypted_content: {exc}", f"input[{i}].encrypted_content") from None
+
+
+def compaction_text(data) -> str:
+    """A compaction capsule's data as the user turn that stands for the conversation it replaced."""
+    summary = data.get("summary", "") if isinstance(data, dict) else ""
+    return f"{SUMMARY_HEADER}\n{summary}"
+
+
+SUMMARY_HEADER = "Summary of the conversation so far (earlier turns were compacted):"
 
 
 def template_message(message: dict, call_params) -> dict:

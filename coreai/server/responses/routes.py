@@ -17,7 +17,7 @@ the app's `ResponseStore` (`app.state.responses`, made by `install`).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, cast
 
@@ -29,6 +29,9 @@ from coreai.server.errors import APIError
 from coreai.server.guard import require_api_key
 from coreai.server.openai.family import chat_logprobs, usage_info
 from coreai.server.responses import schemas as r
+from coreai.server.responses.capsule import seal
+from coreai.server.responses.compaction import compaction_item, is_trigger, kept_user_messages
+from coreai.server.responses.namespaces import flatten
 from coreai.server.responses.request import generation_request, ignored
 from coreai.server.responses.schemas import new_id
 from coreai.server.responses.store import ResponseStore, output_messages
@@ -42,7 +45,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
 
 
 def install(app: FastAPI) -> None:
-    """Mount the Responses routes and their store on `app`."""
+    """Mount the Responses routes and their store on `app` (the WebSocket: `websocket.install`)."""
     app.state.responses = ResponseStore()
     app.include_router(router)
 
@@ -65,6 +68,20 @@ class ResponseBuilder:
         self.req, self.model_name, self.tokenizer, self.logprobs = req, model_name, tokenizer, logprobs
         self.id = new_id("resp_")
         self.created_at = int(time.time())
+        self.namespaces = flatten(req.tools)
+        self.compaction = is_trigger(req)  # answered with one compaction item (`compaction.py`)
+        self.capsules = "reasoning.encrypted_content" in (req.include or [])
+
+    def reasoning_capsule(self, text: str) -> str | None:
+        """The reasoning item's `encrypted_content` when the request includes it (`capsule.seal`)."""
+        return seal("reasoning", {"text": text}) if self.capsules else None
+
+    def function_call(self, item_id: str, call_id: str, flat: str, arguments: str, status) -> r.OutputFunctionCall:
+        """A function call item, named as the client named the tool (`namespaces.Namespaces.split`)."""
+        name, namespace = self.namespaces.split(flat)
+        return r.OutputFunctionCall(
+            id=item_id, call_id=call_id, name=name, namespace=namespace, arguments=arguments, status=status
+        )
 
     def response(self, status: ResponseStatus = "in_progress", output: list | None = None, **fields) -> r.Response:
         req = self.req
@@ -120,6 +137,8 @@ class ResponseBuilder:
         cut or failed and nothing followed it. ids: the items' ids streamed already ("reasoning",
         "message", a call's index); new ones for the others."""
         ids = ids or {}
+        if self.compaction:
+            return [compaction_item(outcome.content or "", ids.get("compaction"))]
         ended = outcome.finish_reason not in ("length", "error")
         calls = bool(outcome.calls or outcome.cut)
         items: list[r.OutputItem] = []
@@ -127,7 +146,8 @@ class ResponseBuilder:
         if outcome.reasoning:
             status = "completed" if ended or outcome.content or calls else "incomplete"
             content = [r.ReasoningContent(text=outcome.reasoning)]
-            items.append(r.OutputReasoning(id=ids.get("reasoning") or new_id("rs_"), content=content, status=status))
+            rid, capsule = ids.get("reasoning") or new_id("rs_"), self.reasoning_capsule(outcome.reasoning)
+            items.append(r.OutputReasoning(id=rid, content=content, status=status, encrypted_content=capsule))
         if outcome.content:
             logprobs = chat_logprobs(self.tokenizer, outcome.logprobs) if self.logprobs else None
             part = r.OutputTextPart(text=outcome.content, logprobs=logprobs)
@@ -145,11 +165,7 @@ class ResponseBuilder:
                 )
                 continue
             item_id = ids.get(call.index) or new_id("fc_")
-            items.append(
-                r.OutputFunctionCall(
-                    id=item_id, call_id=call.id, name=call.name, arguments=call.arguments, status=status
-                )
-            )
+            items.append(self.function_call(item_id, call.id, call.name, call.arguments, status))
         return items
 
     def render(self, outcome: Finish, ids: dict | None = None) -> r.Response:
@@ -166,6 +182,9 @@ class ResponsesCall:
     server: ServerState
     store: ResponseStore
     conversation: list[dict] = field(default_factory=list)
+    # A WebSocket connection's own store: its responses, `store: false` ones too, for the
+    # `previous_response_id` of the connection's next request (`websocket.py`).
+    cache: ResponseStore | None = None
 
     @property
     def model(self) -> str:
@@ -178,7 +197,8 @@ class ResponsesCall:
     def generation(self) -> GenerationRequest:
         history = []
         if self.body.previous_response_id is not None:
-            previous = self.store.get(self.body.previous_response_id)
+            previous = self.cache.get(self.body.previous_response_id) if self.cache is not None else None
+            previous = previous or self.store.get(self.body.previous_response_id)
             if previous is None:
                 raise not_found(self.body.previous_response_id, "previous_response_id")
             history = previous.messages
@@ -200,14 +220,24 @@ class ResponsesReply:
         req, server = call.body, call.server
         self.builder = ResponseBuilder(req, req.model, server.model.tokenizer, job.logprobs)
         self.events = ReplyEvents(job.constraint, job.reasoning)
+        stores = ([call.store] if req.store is not False else []) + ([call.cache] if call.cache is not None else [])
         self.keep = None
-        if req.store is not False:
-            items, store, conversation = input_items(req), call.store, call.conversation
-            self.keep = lambda final: store.put(final, conversation + output_messages(final["output"]), items)
+        if stores:
+            items, conversation = input_items(req), call.conversation
+
+            def keep(final: dict) -> None:
+                for store in stores:
+                    store.put(final, conversation + output_messages(final["output"]), items)
+
+            self.keep = keep
+
+    def stream(self, jobs: list[Job]) -> AsyncGenerator[dict]:
+        """The Responses events (not yet numbered), the final response kept as `complete` keeps it."""
+        [job] = jobs
+        return stored(events(self.builder, self.events, job), self.keep)
 
     def sse(self, jobs: list[Job]) -> AsyncIterator[str]:
-        [job] = jobs
-        return sse_events(stored(events(self.builder, self.events, job), self.keep))
+        return sse_events(self.stream(jobs))
 
     def complete(self, collected: Collected) -> dict:
         [(pieces, result)] = collected
@@ -223,7 +253,49 @@ async def create_response(req: r.ResponseCreateRequest, request: Request, server
     return await dispatch(server, request, ResponsesCall(req, server, store))
 
 
-async def stored(stream, keep):
+class CompactReply(ResponsesReply):
+    """`POST /v1/responses/compact`'s reply: OpenAI's `CompactedResponse`, the input's user
+    messages then the one compaction item."""
+
+    def __init__(self, call: ResponsesCall, job: GenerationJob, users: list[dict]):
+        super().__init__(call, job)
+        self.keep, self.users = None, users
+
+    def complete(self, collected: Collected) -> dict:
+        [(pieces, result)] = collected
+        final = self.builder.render(finish_of(pieces, result, self.events)).model_dump()
+        if final["status"] == "failed":
+            raise APIError(500, (final.get("error") or {}).get("message", "the compaction failed"), "server_error")
+        head = {"id": final["id"], "object": "response.compaction", "created_at": final["created_at"]}
+        return head | {"output": self.users + final["output"], "usage": final["usage"]}
+
+
+@dataclass
+class CompactCall(ResponsesCall):
+    """`POST /v1/responses/compact`: the request with a `compaction_trigger` appended, whole."""
+
+    users: list[dict] = field(default_factory=list)
+
+    @property
+    def stream(self) -> bool:
+        return False
+
+    def reply(self, job: GenerationJob) -> ResponsesReply:
+        return CompactReply(self, job, self.users)
+
+
+@router.post("/responses/compact", responses=ERROR_RESPONSES)
+async def compact_response(req: r.ResponseCreateRequest, request: Request, server: Server, store: Store):
+    """OpenAI's compaction, done locally (`compaction.py`): `input` (and `previous_response_id`'s
+    conversation) summarized by the model into one `compaction` item, after the input's user messages."""
+    items = [r.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else list(req.input)
+    trigger = r.CompactionTriggerItem(type="compaction_trigger")
+    body = req.model_copy(update={"input": [*items, trigger], "stream": False})
+    call = CompactCall(body, server, store, users=kept_user_messages(req))
+    return await dispatch(server, request, call)
+
+
+async def stored(stream, keep) -> AsyncGenerator[dict]:
     """`stream`'s events; the response its last event carries is kept with `keep` (None: not stored)."""
     async for event in stream:
         if keep is not None and event["type"] in ("response.completed", "response.incomplete", "response.failed"):

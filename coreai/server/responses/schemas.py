@@ -64,10 +64,13 @@ class MessageItem(Request):
 
 
 class FunctionCallItem(Request):
+    """A function call passed back; `namespace`: the namespace tool holding the function, if any."""
+
     type: Literal["function_call"]
     call_id: str
     name: str
     arguments: str  # JSON text
+    namespace: str | None = None
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
@@ -105,7 +108,7 @@ class ReasoningText(Request):
 
 class ReasoningItem(Request):
     """A reasoning item passed back: accepted, and not rendered (chat templates drop earlier turns'
-    reasoning; OpenAI's `encrypted_content` means nothing here)."""
+    reasoning); its `encrypted_content`, this server's capsule (`capsule.py`), is opened and checked."""
 
     type: Literal["reasoning"]
     id: str | None = None
@@ -117,6 +120,23 @@ class ReasoningItem(Request):
 
 ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}
 ITEM_TAGS |= {"reasoning": "Reasoning", "custom_tool_call": "Custom", "custom_tool_call_output": "CustomOutput"}
+ITEM_TAGS |= {"compaction": "Compaction", "compaction_summary": "Compaction", "compaction_trigger": "Trigger"}
+
+
+class CompactionItem(Request):
+    """A compaction passed back (`compaction_summary` is Codex's older name): its `encrypted_content`
+    is this server's capsule of the summary (`compaction.py`), expanded into the prompt."""
+
+    type: Literal["compaction", "compaction_summary"]
+    encrypted_content: str
+    id: str | None = None
+
+
+class CompactionTriggerItem(Request):
+    """Remote compaction v2: the last input item asks for one `compaction` output item."""
+
+    type: Literal["compaction_trigger"]
+    id: str | None = None
 
 
 def _item_tag(value) -> str | None:
@@ -131,12 +151,14 @@ InputItem = Annotated[
     | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
     | Annotated[ReasoningItem, Tag("Reasoning")]
     | Annotated[CustomToolCallItem, Tag("Custom")]
-    | Annotated[CustomToolCallOutputItem, Tag("CustomOutput")],
+    | Annotated[CustomToolCallOutputItem, Tag("CustomOutput")]
+    | Annotated[CompactionItem, Tag("Compaction")]
+    | Annotated[CompactionTriggerItem, Tag("Trigger")],
     Discriminator(
         _item_tag,
         custom_error_type="invalid_item",
         custom_error_message="an input item's type is message, function_call, function_call_output, "
-        "custom_tool_call, custom_tool_call_output or reasoning",
+        "custom_tool_call, custom_tool_call_output, reasoning, compaction or compaction_trigger",
     ),
 ]
 
@@ -174,6 +196,16 @@ class CustomTool(Request):
     format: Annotated[TextInput | GrammarInput, Field(discriminator="type")] = TextInput(type="text")
 
 
+class NamespaceTool(Request):
+    """Tools grouped under a namespace (Codex's sub-agent tools): the model sees each as the function
+    `<namespace>__<name>` (`namespaces.py`); its calls come back with `name` and `namespace`."""
+
+    type: Literal["namespace"]
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]]
+
+
 # OpenAI's hosted tools: run by OpenAI's servers, not here. The field policy (`coreai.server.policy`,
 # class (c)): left out of what the model sees and named in `x-coreai-ignored`; forced, a 400.
 HOSTED_TOOLS = (
@@ -206,6 +238,7 @@ def _tool_tag(value) -> str | None:
 AnyTool = Annotated[
     Annotated[FunctionTool, Tag("function")]
     | Annotated[CustomTool, Tag("custom")]
+    | Annotated[NamespaceTool, Tag("namespace")]
     | Annotated[HostedTool, Tag("hosted")],
     Discriminator(_tool_tag),
 ]
@@ -319,11 +352,11 @@ class ResponseCreateRequest(Body):
         data = {k: v for k, v in data.items() if v is not None}  # null is the default, as OpenAI reads it
         for i, tool in enumerate(data.get("tools") or []):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            if kind is not None and kind not in ("function", "custom", *HOSTED_TOOLS):
+            if kind is not None and kind not in ("function", "custom", "namespace", *HOSTED_TOOLS):
                 raise located_error(
                     ("tools", i, "type"),
                     f"the built-in tool {kind!r} is not supported; this server runs function and custom tools "
-                    "(hosted tools are left out)",
+                    "and namespaces of them (hosted tools are left out)",
                     kind,
                 )
         return data
@@ -332,7 +365,9 @@ class ResponseCreateRequest(Body):
     def _consistent(self):
         if isinstance(self.input, list) and not self.input:
             raise located_error(("input",), "input must hold at least one item", self.input)
-        if self.tool_choice is not None and not self.tools:
+        # "auto" / "none" ask for no call: meaningful with no tools (Codex's compaction request sends
+        # `tool_choice: "auto"` with `tools: []`); a forced call needs a tool.
+        if self.tool_choice not in (None, "auto", "none") and not self.tools:
             raise located_error(("tool_choice",), "tool_choice is only allowed when tools are given", self.tool_choice)
         return self
 
@@ -341,6 +376,7 @@ class ResponseCreateRequest(Body):
 from coreai.server.responses.output import (  # noqa: E402, F401
     IncompleteDetails,
     InputTokensDetails,
+    OutputCompaction,
     OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,

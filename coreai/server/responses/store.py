@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from coreai.server.responses.namespaces import flat_name
 from runtime.errors import InputError
 
 
@@ -88,8 +89,8 @@ def output_messages(output: list[dict]) -> list[dict]:
         part.get("text", "") for item in output if item.get("type") == "message" for part in item.get("content", [])
     )
     calls = [
-        {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
-        if item["type"] == "function_call"
+        {"id": item["call_id"], "type": "function", "function": {"name": flat, "arguments": item["arguments"]}}
+        if item["type"] == "function_call" and (flat := flat_name(item.get("namespace"), item["name"]))
         else {"id": item["call_id"], "type": "custom", "custom": {"name": item["name"], "input": item["input"]}}
         for item in output
         if item.get("type") in ("function_call", "custom_tool_call") and item.get("status") != "incomplete"

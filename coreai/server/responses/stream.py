@@ -80,6 +80,7 @@ class _Renderer:
         where = {"item_id": c.item.id, "output_index": c.index, "content_index": 0}
         if c.kind == "reasoning":
             c.item.content = [r.ReasoningContent(text=c.text)]
+            c.item.encrypted_content = self.builder.reasoning_capsule(c.text)
             yield {"type": "response.reasoning_text.done", **where, "text": c.text}
         else:
             lp = [TokenLogprob(**e) for e in c.logprobs] if self.builder.logprobs else None
@@ -98,9 +99,7 @@ class _Renderer:
                 id=new_id("ctc_"), call_id=event.id, name=event.name, input="", status="in_progress"
             )
         else:
-            item = r.OutputFunctionCall(
-                id=new_id("fc_"), call_id=event.id, name=event.name, arguments="", status="in_progress"
-            )
+            item = self.builder.function_call(new_id("fc_"), event.id, event.name, "", "in_progress")
         self.ids[event.index] = item.id
         self.calls[event.index] = [item, len(self.output)]
         self.output.append(item)
@@ -128,8 +127,12 @@ class _Renderer:
         yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
 
     def finish(self, event: Finish):
-        """The open text item closed with the status the outcome gives it, then the final response."""
+        """The open text item closed with the status the outcome gives it, then the final response
+        (a compaction's one item is sent whole, here: its summary is not streamed)."""
         final = self.builder.render(event, self.ids)
+        for index, item in enumerate(final.output if self.builder.compaction else []):
+            yield {"type": "response.output_item.added", "output_index": index, "item": item.model_dump()}
+            yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
         if self.current is not None:
             statuses = {item.id: item.status for item in final.output}
             cut = event.finish_reason in ("length", "error")
@@ -152,6 +155,8 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
         yield {"type": "response.created", "response": builder.response().model_dump()}
         yield {"type": "response.in_progress", "response": builder.response().model_dump()}
         async for event in job_events(job, reply):
+            if builder.compaction and isinstance(event, (ReasoningDelta, ContentDelta)):
+                continue  # the summary is sent as the compaction item, once whole
             if isinstance(event, ReasoningDelta):
                 out = render.text_delta("reasoning", event.text, [])
             elif isinstance(event, ContentDelta):
