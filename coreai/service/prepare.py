@@ -185,7 +185,9 @@ def _render(model, req: GenerationRequest, constraint: Constraint | None, settin
     wanted = req.schema_in_prompt if req.schema_in_prompt is not None else settings.schema_in_prompt
     tools = req.tools if req.tools and req.tool_choice != "none" else None
     if req.constraint is None and constraint is not None and constraint.tools is not None:
-        tools = None  # the tools constraint's format renders its own template tools
+        tools = constraint.tools.template_tools  # the tools constraint's format renders its own template tools
+        if tools is not None and req.unlisted_tools:
+            tools = [t for t in tools if _tool_name(t) not in req.unlisted_tools]
     try:
         rendered = render_prompt(
             model,
@@ -201,3 +203,8 @@ def _render(model, req: GenerationRequest, constraint: Constraint | None, settin
     except (TemplateError, ValueError) as exc:
         raise RequestError(f"cannot render the chat template: {exc}", names.messages) from None
     return rendered.ids, rendered.reasoning
+
+
+def _tool_name(template_tool: dict) -> str | None:
+    """The name of a template tool (`{"type": "function", "function": {"name": ...}}` or flat)."""
+    return (template_tool.get("function") or template_tool).get("name")
