@@ -31,6 +31,9 @@ class ServerConfig:
     max_batch: requests decoding together in one batch (continuous batching, see `runtime.batch`; >= 1).
     prompt_cache_bytes: bound of the prefix cache (KV caches of earlier prompts and replies, LRU), in
         bytes; 0 turns it off.
+    prompt_cache_dir: a folder where the prefix cache's newest entries are written when the server
+        stops and read back when it starts (mlx-lm's prompt-cache files: `coreai.service.prefix_store`),
+        so a restarted server does not prefill an agent's prompt again; None: not kept.
     max_body_bytes: request bodies above this get 413 (>= 1).
     speculative: speculative decoding for every request ("prompt_lookup", "draft" with the model's
         draft model, or None); the output does not change, only its speed.
@@ -59,6 +62,7 @@ class ServerConfig:
     max_queue: int = 16
     max_batch: int = 8
     prompt_cache_bytes: int = 1 << 30
+    prompt_cache_dir: str | None = None
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"
     grammar_journal: str | None = None
