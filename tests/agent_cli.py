@@ -134,7 +134,17 @@ class Exchange:
     body: dict | None
     status: int = 0
     reply: str = ""  # the reply's text (JSON, or the whole SSE stream)
-    seconds: float = 0.0
+    seconds: float = 0.0  # until the reply's end
+    ttft: float | None = None  # seconds until the first content block of a streamed reply (a call: once complete)
+
+    def events(self) -> list[dict]:
+        """The reply's server-sent events (data objects), in order."""
+        return [json.loads(line[6:]) for line in self.reply.splitlines() if line.startswith("data: ")]
+
+    def usage(self) -> dict:
+        """The streamed reply's final usage and stop reason ({} if it has none)."""
+        ends = [e for e in self.events() if e.get("type") == "message_delta"]
+        return {**ends[-1]["usage"], "stop_reason": ends[-1]["delta"]["stop_reason"]} if ends else {}
 
 
 Script = Callable[[dict], tuple[list[dict], str]]  # request body -> (content blocks, stop_reason)
@@ -173,6 +183,8 @@ class Recorder:
             try:
                 async for chunk in upstream.aiter_text():
                     exchange.reply += chunk
+                    if exchange.ttft is None and "content_block_start" in chunk:
+                        exchange.ttft = time.monotonic() - start
                     yield chunk
             finally:
                 exchange.seconds = time.monotonic() - start
