@@ -50,6 +50,10 @@ class ServerConfig:
         `guided.spec.WHITESPACES` ("pretty", "compact", "any"); None: the session's default
         (`guided.spec.DEFAULT_WHITESPACE`).
 
+    loop_guard: a tool call identical (name and arguments) to one the conversation already answered
+        is excluded by the grammar, so a small model that loops must answer or call something new
+        (`guided.tools.loop_guard`); off by default.
+
     Raises `runtime.errors.ParameterError` (a ValueError naming the field in `param`) for a setting
     out of range, the sampling defaults included.
     """
@@ -70,6 +74,7 @@ class ServerConfig:
     schema_in_prompt: bool | None = None
     schema_hint_budget: int | None = None
     whitespace: str | None = None
+    loop_guard: bool = False
 
     def settings(self) -> Settings:
         """What the generation service gives every request where it says nothing."""
@@ -83,6 +88,7 @@ class ServerConfig:
             max_tokens=self.max_tokens,
             max_tokens_limit=self.max_tokens,
             speculative=self.speculative,
+            loop_guard=self.loop_guard,
         )
 
     def __post_init__(self):

@@ -11,6 +11,7 @@ on a thread-pool thread, so a bad request is refused before it queues.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -37,6 +38,8 @@ class Settings:
         max_tokens_limit: the largest a request may ask for (None: no bound). speculative: the
         speculative decoding of a request that does not choose. guided: False when the grammar
         engine cannot use the model's tokenizer (then every constrained request is refused).
+        loop_guard: a call identical (name and arguments) to one the conversation already answered
+        is excluded by the grammar (`answered_calls`, `guided.tools.loop_guard`).
     """
 
     whitespace: str | None = None
@@ -48,6 +51,7 @@ class Settings:
     max_tokens_limit: int | None = None
     speculative: Any = None
     guided: bool = True
+    loop_guard: bool = False
 
 
 def answer_constraint(
@@ -76,6 +80,8 @@ def build_constraint(
         return answer_constraint(model, req.answer, cache, settings)
     names = req.names
     param, answer = req.answer or (names.tools, {})
+    if settings.loop_guard and isinstance(req.messages, list) and (answered := answered_calls(req.messages)):
+        answer = {**answer, "excluded_calls": answered}
     fields = {"tools": names.tools, "tool_choice": names.tool_choice, "answer": param}
     return _compiled(
         model,
@@ -89,6 +95,27 @@ def build_constraint(
         parallel_tool_calls=req.parallel_tool_calls,
         **answer,
     )
+
+
+def answered_calls(messages: list) -> dict[str, list[dict]]:
+    """The function calls of chat `messages` that a later `tool` message answers: tool name -> their
+    argument objects (each once), for the loop guard."""
+    answered = {m.get("tool_call_id") for m in messages if isinstance(m, dict) and m.get("role") == "tool"}
+    out: dict[str, list[dict]] = {}
+    for message in messages:
+        for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments)
+                except ValueError:
+                    continue
+            if call.get("id") in answered and isinstance(arguments, dict):
+                seen = out.setdefault(function.get("name", ""), [])
+                if arguments not in seen:
+                    seen.append(arguments)
+    return out
 
 
 def _compiled(
