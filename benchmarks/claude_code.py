@@ -7,7 +7,7 @@ the time to the first content block; the tool calls the CLI executed; the restar
 cache read, beside the first turn's cold TTFT.
 
     python -m benchmarks.claude_code [--model qwen2.5-coder-0.5b-instruct] [--max-turns 5]
-        [--full] [--out benchmarks/results/claude_code.json]
+        [--full] [--loop-guard] [--out benchmarks/results/claude_code.json]
 
 By default the CLI runs with its own `--system-prompt` and `--tools Read` (its full default prompt,
 about 20,000 tokens of the default model, takes many minutes to prefill on a CPU); `--full` runs the
@@ -81,6 +81,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-turns", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=256, help="the server's --max-tokens")
     parser.add_argument("--full", action="store_true", help="the CLI's full default prompt and tools")
+    parser.add_argument("--loop-guard", action="store_true", help="serve with --loop-guard")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "claude_code.json")
     args = parser.parse_args(argv)
 
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
     model = load(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        options = dict(aliases=("claude-*",), max_tokens=args.max_tokens, temperature=0.0)
+        options = dict(aliases=("claude-*",), max_tokens=args.max_tokens, temperature=0.0, loop_guard=args.loop_guard)
         config = ServerConfig(model_name=args.model, prompt_cache_dir=str(root / "kv"), **options)  # type: ignore[arg-type]
         workspace = fresh_workspace(root, FILES)
         cli_args = ["--max-turns", str(args.max_turns)]
@@ -127,6 +128,7 @@ def main(argv=None) -> int:
         "cli": "claude-code 2.1.332",
         "setup": "full default prompt and tools" if args.full else "--system-prompt (short) --tools Read",
         "max_turns": args.max_turns,
+        "loop_guard": args.loop_guard,
         "exit_code": run.returncode,
         "result": run.result.get("result"),
         "terminal_reason": run.result.get("terminal_reason"),
