@@ -109,3 +109,17 @@ def test_the_server_excludes_an_answered_call(tiny_model):
             client.messages.count_tokens(model="tiny", messages=_asked_twice("Rome"), tools=[WEATHER]).input_tokens
             == guarded
         )
+
+
+def test_long_answered_values_compile(tiny_model):
+    """Claude Code's absolute paths: the pattern stays flat (a nested one was over the regex
+    engine's nesting bound from about 50 characters on, a 400 for the request)."""
+    from guided import Constraint
+
+    read = {"type": "function", "function": {"name": "Read", "parameters": READ}}
+    paths = [
+        {"file_path": f"/tmp/pytest-of-root/pytest-{i}/test_a_claude_code_turn0/workspace/" + "d/" * 40}
+        for i in range(8)
+    ]
+    constraint = Constraint(tiny_model, tools=[read], excluded_calls={"Read": paths})
+    assert constraint.tools is not None and [t.name for t in constraint.tools.tools] == ["Read"]

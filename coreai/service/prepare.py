@@ -12,6 +12,7 @@ on a thread-pool thread, so a bad request is refused before it queues.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,6 +24,8 @@ from guided import Constraint, GrammarCache, GrammarError, SchemaError, default_
 from runtime import SamplingParams
 from runtime.errors import InputError
 from runtime.sampling import check_max_tokens
+
+log = logging.getLogger("coreai.service")
 
 
 @dataclass(frozen=True)
@@ -80,21 +83,17 @@ def build_constraint(
         return answer_constraint(model, req.answer, cache, settings)
     names = req.names
     param, answer = req.answer or (names.tools, {})
-    if settings.loop_guard and isinstance(req.messages, list) and (answered := answered_calls(req.messages)):
-        answer = {**answer, "excluded_calls": answered}
     fields = {"tools": names.tools, "tool_choice": names.tool_choice, "answer": param}
-    return _compiled(
-        model,
-        cache,
-        settings,
-        fields,
-        param,
-        tool_fields={"parameters": names.tool_parameters, "format": names.tool_format},
-        tools=req.tools,
-        tool_choice=req.tool_choice or "auto",
-        parallel_tool_calls=req.parallel_tool_calls,
-        **answer,
-    )
+    tool_fields = {"parameters": names.tool_parameters, "format": names.tool_format}
+    options = dict(tools=req.tools, tool_choice=req.tool_choice or "auto", parallel_tool_calls=req.parallel_tool_calls)
+    if settings.loop_guard and isinstance(req.messages, list) and (answered := answered_calls(req.messages)):
+        try:
+            return _compiled(
+                model, cache, settings, fields, param, tool_fields, **options, **answer, excluded_calls=answered
+            )
+        except GrammarError as exc:  # the narrowed grammar is over the engine's bounds: the guard steps aside
+            log.warning("loop guard off for this request: %s", exc)
+    return _compiled(model, cache, settings, fields, param, tool_fields, **options, **answer)
 
 
 def answered_calls(messages: list) -> dict[str, list[dict]]:

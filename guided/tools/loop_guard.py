@@ -16,7 +16,9 @@ With one input (the repeated call) this is exact: every other object of the sche
 With several, a branch must differ from all of them at one property, so an object that differs
 from each at a different property is excluded too (the narrowing never admits an excluded call).
 A property whose schema cannot be narrowed so (numbers, objects, arrays, a string with its own
-`pattern` or `format`) gives no branch. No branch at all: None (no call of the tool is left).
+`pattern` or `format`, more than `MAX_VALUES` strings or one over `MAX_LENGTH` characters) gives no
+branch. No branch at all: None when no call of the tool is left, else the schema unchanged (the
+guard steps aside rather than exclude calls that differ).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 from typing import Any
 
 ANY = r"[\s\S]"  # any character, line breaks included
+MAX_VALUES, MAX_LENGTH = 8, 200  # string values a pattern excludes at most (its size grows with their length squared)
 META = set(r"\.+*?()|[]{}^$-&~#")
 CLASS_META = set("\\]^-[")
 
@@ -48,25 +51,27 @@ def _trie(words: list[str]) -> dict:
     return root
 
 
-def _other_than(node: dict) -> str:
-    """A regex of every string that does not spell a word of the trie from `node` on."""
+def _alternatives(node: dict, prefix: str = "") -> list[str]:
+    """Flat regex alternatives of every string that does not spell a word of the trie from `node`
+    (reached by `prefix`, escaped) on: one per trie node, no nesting (the regex engine bounds it)."""
     nexts = sorted(c for c in node if c)
-    parts = [] if "" in node else [""]  # the string may stop here unless a word does
-    parts.append((f"[^{''.join(_escape(c, CLASS_META) for c in nexts)}]" if nexts else ANY) + ANY + "*")
-    parts += [_escape(c) + _other_than(node[c]) for c in nexts]
-    return "(?:" + "|".join(parts) + ")"
+    out = [] if "" in node else [prefix]  # the string may stop here unless a word does
+    out.append(prefix + (f"[^{''.join(_escape(c, CLASS_META) for c in nexts)}]" if nexts else ANY) + ANY + "*")
+    for c in nexts:
+        out += _alternatives(node[c], prefix + _escape(c))
+    return out
 
 
 def string_other_than(values: list[str]) -> str:
     """An anchored regex (a JSON Schema `pattern`) matching every string but `values`."""
-    return "^" + _other_than(_trie(values)) + "$"
+    return "^(?:" + "|".join(_alternatives(_trie(values))) + ")$"
 
 
-def _differing(sub: Any, values: list) -> list[dict]:
-    """Schemas of the property values of `sub` (a property's schema) other than `values` ([]: none
-    that this module can write)."""
+def _differing(sub: Any, values: list) -> list[dict] | None:
+    """Schemas of the property values of `sub` (a property's schema) other than `values` ([]: there
+    is none; None: this module cannot write them)."""
     if not isinstance(sub, dict):
-        return []
+        return None
     if "const" in sub:
         return [] if sub["const"] in values else [sub]
     if "enum" in sub:
@@ -74,6 +79,8 @@ def _differing(sub: Any, values: list) -> list[dict]:
         return [{**sub, "enum": rest}] if rest else []
     kind = sub.get("type")
     if kind == "string" and all(isinstance(v, str) for v in values) and not {"pattern", "format"} & sub.keys():
+        if len(values) > MAX_VALUES or max(map(len, values)) > MAX_LENGTH:
+            return None  # the pattern would be over the regex engine's nesting and size bounds
         return [{**sub, "pattern": string_other_than(values)}]
     if kind == "boolean" and all(isinstance(v, bool) for v in values):
         left = [b for b in (True, False) if b not in values]
@@ -86,7 +93,7 @@ def _differing(sub: Any, values: list) -> list[dict]:
             {"minimum": cuts[-1] + 1},
         ]
         return [{**sub, **r} for r in ranges if r.get("minimum", -(2**63)) <= r.get("maximum", 2**63)]
-    return []
+    return None
 
 
 def excluding(schema: dict, inputs: list[dict]) -> dict | None:
@@ -97,18 +104,20 @@ def excluding(schema: dict, inputs: list[dict]) -> dict | None:
     if not inputs or not isinstance(properties, dict):
         return schema
     required = list(schema.get("required") or [])
-    branches = []
+    branches, inexpressible = [], False
     for name, sub in properties.items():
         given = [a[name] for a in inputs if name in a]
         if len(given) == len(inputs):  # every input gives it: another value, or (optional) none
+            differing = _differing(sub, given)
+            inexpressible |= differing is None
             branches += [
                 {**schema, "properties": {**properties, name: d}, "required": sorted({*required, name})}
-                for d in _differing(sub, given)
+                for d in differing or []
             ]
             if name not in required:
                 branches.append({**schema, "properties": {**properties, name: False}})
         elif not given:  # no input gives it: present
             branches.append({**schema, "required": [*required, name]})
     if not branches:
-        return None
+        return schema if inexpressible else None  # a call may be left that this module cannot write: no guard
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
