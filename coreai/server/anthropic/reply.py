@@ -141,7 +141,9 @@ class MessageReply:
                     held[event.index].append({"type": "input_json_delta", "partial_json": event.text})
                 elif isinstance(event, CallDone):
                     start, *deltas = held.pop(event.index)
-                    out = [*blocks.open(start), *map(blocks.event, deltas), *blocks.close()] if event.complete else []
+                    out = []  # a call the budget cut is never sent
+                    if event.complete:
+                        out = [*blocks.close(), *blocks.open(start), *map(blocks.event, deltas), *blocks.close()]
                 else:
                     out = [*blocks.close(), *self._end(event)]
                 for item in out:
