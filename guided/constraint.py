@@ -49,6 +49,8 @@ class Constraint:
         `tool_calls` and `content`. A schema or json_object beside tools is the text answer's format
         (OpenAI's response_format with tools): under "auto" the reply is calls or that JSON
         (`content`, `value`), under "none" the JSON, under "required" / a named function calls only.
+        excluded_calls: tool name -> argument objects the calls must not repeat (the loop guard,
+        `guided.tools.loop_guard`: the grammar excludes them; the prompt shows the tools as given).
 
     Options: whitespace (None: `guided.spec.DEFAULT_WHITESPACE`, "pretty"; "compact", "any"; the
     older any_whitespace=True/False means "any"/"compact"), strict (True), lenient (False): see `guided.spec`.
@@ -94,6 +96,7 @@ class Constraint:
         tool_choice=None,
         parallel_tool_calls: bool = True,
         tool_format: str | None = None,
+        excluded_calls: dict[str, list[dict]] | None = None,
         whitespace: str | None = None,
         any_whitespace: bool | None = None,
         strict: bool = True,
@@ -132,7 +135,14 @@ class Constraint:
             answer = answer_spec(schema, json_object, (regex, choices, grammar), **options)
             hf, ll = model.tokenizer.hf, self.tokenizer_info.ll_tokenizer
             self.tools = tool_constraint(
-                tools, tool_choice, parallel_tool_calls, tool_format, hf, ll, answer=answer_schema(answer)
+                tools,
+                tool_choice,
+                parallel_tool_calls,
+                tool_format,
+                hf,
+                ll,
+                answer=answer_schema(answer),
+                excluded_calls=excluded_calls,
             )
             self.call_plans = call_plans(self.tools, self.tokenizer_info, cache)
             self.answer_spec = checked_answer(answer, self.tools, self.tokenizer_info, cache)

@@ -22,7 +22,7 @@ from mlx_lm.models.cache import KVCache, LRUPromptCache, make_prompt_cache, trim
 
 from runtime.step_plan import StepPlan
 
-_MODEL_KEY = "model"  # LRUPromptCache keys entries by model; one batch serves one model
+PROMPT_CACHE_KEY = "model"  # LRUPromptCache keys entries by model; one batch serves one model
 
 
 @dataclass
@@ -71,7 +71,7 @@ class KVBatch:
         """Queue a row for `prompt_ids` (non-empty), starting from its longest cached prefix."""
         cache, reused = None, 0
         if self.prompt_cache is not None:
-            cache, rest = self.prompt_cache.fetch_nearest_cache(_MODEL_KEY, list(prompt_ids))
+            cache, rest = self.prompt_cache.fetch_nearest_cache(PROMPT_CACHE_KEY, list(prompt_ids))
             if cache is not None and not rest:  # an exact hit: the last prompt token still gives the first logits
                 if trim_prompt_cache(cache, 1) == 1:
                     rest = prompt_ids[-1:]
@@ -120,7 +120,7 @@ class KVBatch:
         assert self.cache is not None  # rows are active
         for i, s in enumerate(self.active):
             if leaving.get(s.rid) and self.prompt_cache is not None:
-                self.prompt_cache.insert_cache(_MODEL_KEY, list(s.tokens), [c.extract(i) for c in self.cache])
+                self.prompt_cache.insert_cache(PROMPT_CACHE_KEY, list(s.tokens), [c.extract(i) for c in self.cache])
         keep = [i for i, s in enumerate(self.active) if s.rid not in leaving]
         self.active = [self.active[i] for i in keep]
         if not keep:

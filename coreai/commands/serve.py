@@ -68,6 +68,20 @@ def register(sub) -> None:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--prompt-cache-dir",
+        default=None,
+        metavar="DIR",
+        help="keep the prefix cache in DIR across restarts: its newest entries are written there "
+        "when the server stops and read back when it starts, so an agent's long prompt is not "
+        "prefilled again (default: not kept)",
+    )
+    p.add_argument(
+        "--loop-guard",
+        action="store_true",
+        help="exclude, by the grammar, a tool call identical (name and arguments) to one the "
+        "conversation already answered: a small model that loops must answer or call something new",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=int,
         default=defaults.max_body_bytes,
@@ -121,6 +135,8 @@ def run(args) -> int:
         max_queue=args.max_queue,
         max_batch=args.max_batch,
         prompt_cache_bytes=args.prompt_cache_bytes,
+        prompt_cache_dir=args.prompt_cache_dir,
+        loop_guard=args.loop_guard,
         max_body_bytes=args.max_body_bytes,
         speculative=None if args.speculative == "off" else args.speculative,
         grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,

@@ -31,6 +31,9 @@ class ServerConfig:
     max_batch: requests decoding together in one batch (continuous batching, see `runtime.batch`; >= 1).
     prompt_cache_bytes: bound of the prefix cache (KV caches of earlier prompts and replies, LRU), in
         bytes; 0 turns it off.
+    prompt_cache_dir: a folder where the prefix cache's newest entries are written when the server
+        stops and read back when it starts (mlx-lm's prompt-cache files: `coreai.service.prefix_store`),
+        so a restarted server does not prefill an agent's prompt again; None: not kept.
     max_body_bytes: request bodies above this get 413 (>= 1).
     speculative: speculative decoding for every request ("prompt_lookup", "draft" with the model's
         draft model, or None); the output does not change, only its speed.
@@ -47,6 +50,10 @@ class ServerConfig:
         `guided.spec.WHITESPACES` ("pretty", "compact", "any"); None: the session's default
         (`guided.spec.DEFAULT_WHITESPACE`).
 
+    loop_guard: a tool call identical (name and arguments) to one the conversation already answered
+        is excluded by the grammar, so a small model that loops must answer or call something new
+        (`guided.tools.loop_guard`); off by default.
+
     Raises `runtime.errors.ParameterError` (a ValueError naming the field in `param`) for a setting
     out of range, the sampling defaults included.
     """
@@ -59,6 +66,7 @@ class ServerConfig:
     max_queue: int = 16
     max_batch: int = 8
     prompt_cache_bytes: int = 1 << 30
+    prompt_cache_dir: str | None = None
     max_body_bytes: int = 4 * 1024 * 1024
     speculative: str | None = "prompt_lookup"
     grammar_journal: str | None = None
@@ -66,6 +74,7 @@ class ServerConfig:
     schema_in_prompt: bool | None = None
     schema_hint_budget: int | None = None
     whitespace: str | None = None
+    loop_guard: bool = False
 
     def settings(self) -> Settings:
         """What the generation service gives every request where it says nothing."""
@@ -79,6 +88,7 @@ class ServerConfig:
             max_tokens=self.max_tokens,
             max_tokens_limit=self.max_tokens,
             speculative=self.speculative,
+            loop_guard=self.loop_guard,
         )
 
     def __post_init__(self):

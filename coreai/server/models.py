@@ -1,6 +1,6 @@
-"""The shell's own routes: `/health` (no key needed) and, under the API-key dependency,
-`/v1/models` and `/v1/models/{model}`, in OpenAI's shape, or Anthropic's when the request carries
-`anthropic-version` (the `anthropic` SDK's `models.list` / `retrieve`)."""
+"""The shell's own routes: `/health` and `/api/hello` (Claude Code's probe; no key needed) and,
+under the API-key dependency, `/v1/models` and `/v1/models/{model}`, in OpenAI's shape, or Anthropic's
+when the request carries `anthropic-version` (the `anthropic` SDK's `models.list` / `retrieve`)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,12 @@ async def health(server: Server):
     if server.lost is not None:
         return JSONResponse({**body, "status": "lost", "error": server.lost}, status_code=503)
     return body
+
+
+@router.api_route("/api/hello", methods=["GET", "HEAD"])
+async def hello():
+    """Claude Code's reachability probe at start-up (`HEAD /api/hello`, no key): 200."""
+    return {"status": "ok"}
 
 
 def listed(server: ServerState) -> list[str]:

@@ -82,6 +82,7 @@ class ServerState:
             max_batch=config.max_batch,
             max_queue=config.max_queue,
             prompt_cache_bytes=config.prompt_cache_bytes,
+            prompt_cache_dir=config.prompt_cache_dir,
             heartbeat=heartbeat,
         )
         warmup = None

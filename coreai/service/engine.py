@@ -1,6 +1,7 @@
 """The model behind the service: the worker thread (`coreai.service.worker.Worker`, which owns the
 engine) steps one batch of generations (`runtime.batch.BatchGenerator`), up to `max_batch` decoding
-together, with a prefix cache of several entries (mlx-lm's `LRUPromptCache`, bounded in bytes). A
+together, with a prefix cache of several entries (mlx-lm's `LRUPromptCache`, bounded in bytes; kept on disk
+across restarts with a `prompt_cache_dir`: `coreai.service.prefix_store`). A
 constrained request is a row driven by a `guided.Generation` of its `guided.Constraint` and gets that
 generation's verdict (the same path as the Python API and the CLI); a free one a `SamplingStrategy`.
 
@@ -20,11 +21,13 @@ import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
 
 from coreai.service.job import GenerationJob
+from coreai.service.prefix_store import KeptPromptCache, PrefixStore, fingerprint
 from coreai.service.worker import Job
 from guided import Generation
 from runtime import Model, SamplingStrategy, make_drafter
 from runtime.batch import BatchGenerator
 from runtime.distributed import prefix_cache_agrees
+from runtime.kv_batch import PROMPT_CACHE_KEY
 from runtime.strategy import DecodingStrategy
 
 log = logging.getLogger("coreai.service")
@@ -60,16 +63,25 @@ class Engine:
 
     max_batch: requests decoding together (>= 1). prompt_cache_bytes: the prefix cache's bound in
     bytes of KV cache (0 turns it off; on a distributed model, bytes of this rank's shard of it).
+    prompt_cache_dir: a folder where its newest entries are kept when the engine closes and read
+    back when it starts (`PrefixStore`; None: none; not on a distributed model).
     On rank 0 of a distributed model every step's plan goes to the other ranks (`model.leader`).
     """
 
-    def __init__(self, model: Model, max_batch: int, prompt_cache_bytes: int):
+    def __init__(self, model: Model, max_batch: int, prompt_cache_bytes: int, prompt_cache_dir: str | None = None):
         self.model = model
         if model.cluster is not None and not prefix_cache_agrees(model.cluster, model.config):
             log.warning("prefix cache off: the pipeline's ranks hold different numbers of layers")
             prompt_cache_bytes = 0
-        # Bounded by bytes only: the entry count is not what runs out.
-        cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes) if prompt_cache_bytes > 0 else None
+        self.store = None
+        cache: LRUPromptCache | None = None
+        if prompt_cache_bytes > 0 and prompt_cache_dir and model.cluster is None:
+            self.store = PrefixStore(prompt_cache_dir, fingerprint(model), prompt_cache_bytes)
+            cache = KeptPromptCache(prompt_cache_bytes)
+            self.store.restore(cache, PROMPT_CACHE_KEY)
+        elif prompt_cache_bytes > 0:  # bounded by bytes only: the entry count is not what runs out
+            cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes)
+        self.prompt_cache = cache
         execute = model.leader.execute if model.leader is not None else None
         self.batch = BatchGenerator(
             model.network, model.tokenizer, max_batch=max_batch, prompt_cache=cache, execute=execute
@@ -79,6 +91,11 @@ class Engine:
 
     def __len__(self) -> int:
         return len(self.batch)
+
+    def close(self) -> None:
+        """With a `prompt_cache_dir`: the prefix cache's newest entries written there (`PrefixStore.keep`)."""
+        if self.store is not None and isinstance(self.prompt_cache, KeptPromptCache):
+            self.store.keep(self.prompt_cache)
 
     def start(self, job: Job) -> None:
         """Add a job's generation to the batch (on the worker thread: generations allocate their

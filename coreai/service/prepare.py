@@ -11,6 +11,8 @@ on a thread-pool thread, so a bad request is refused before it queues.
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -22,6 +24,8 @@ from guided import Constraint, GrammarCache, GrammarError, SchemaError, default_
 from runtime import SamplingParams
 from runtime.errors import InputError
 from runtime.sampling import check_max_tokens
+
+log = logging.getLogger("coreai.service")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class Settings:
         max_tokens_limit: the largest a request may ask for (None: no bound). speculative: the
         speculative decoding of a request that does not choose. guided: False when the grammar
         engine cannot use the model's tokenizer (then every constrained request is refused).
+        loop_guard: a call identical (name and arguments) to one the conversation already answered
+        is excluded by the grammar (`answered_calls`, `guided.tools.loop_guard`).
     """
 
     whitespace: str | None = None
@@ -48,6 +54,7 @@ class Settings:
     max_tokens_limit: int | None = None
     speculative: Any = None
     guided: bool = True
+    loop_guard: bool = False
 
 
 def answer_constraint(
@@ -77,18 +84,37 @@ def build_constraint(
     names = req.names
     param, answer = req.answer or (names.tools, {})
     fields = {"tools": names.tools, "tool_choice": names.tool_choice, "answer": param}
-    return _compiled(
-        model,
-        cache,
-        settings,
-        fields,
-        param,
-        tool_fields={"parameters": names.tool_parameters, "format": names.tool_format},
-        tools=req.tools,
-        tool_choice=req.tool_choice or "auto",
-        parallel_tool_calls=req.parallel_tool_calls,
-        **answer,
-    )
+    tool_fields = {"parameters": names.tool_parameters, "format": names.tool_format}
+    options = dict(tools=req.tools, tool_choice=req.tool_choice or "auto", parallel_tool_calls=req.parallel_tool_calls)
+    if settings.loop_guard and isinstance(req.messages, list) and (answered := answered_calls(req.messages)):
+        try:
+            return _compiled(
+                model, cache, settings, fields, param, tool_fields, **options, **answer, excluded_calls=answered
+            )
+        except GrammarError as exc:  # the narrowed grammar is over the engine's bounds: the guard steps aside
+            log.warning("loop guard off for this request: %s", exc)
+    return _compiled(model, cache, settings, fields, param, tool_fields, **options, **answer)
+
+
+def answered_calls(messages: list) -> dict[str, list[dict]]:
+    """The function calls of chat `messages` that a later `tool` message answers: tool name -> their
+    argument objects (each once), for the loop guard."""
+    answered = {m.get("tool_call_id") for m in messages if isinstance(m, dict) and m.get("role") == "tool"}
+    out: dict[str, list[dict]] = {}
+    for message in messages:
+        for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments)
+                except ValueError:
+                    continue
+            if call.get("id") in answered and isinstance(arguments, dict):
+                seen = out.setdefault(function.get("name", ""), [])
+                if arguments not in seen:
+                    seen.append(arguments)
+    return out
 
 
 def _compiled(
@@ -185,7 +211,9 @@ def _render(model, req: GenerationRequest, constraint: Constraint | None, settin
     wanted = req.schema_in_prompt if req.schema_in_prompt is not None else settings.schema_in_prompt
     tools = req.tools if req.tools and req.tool_choice != "none" else None
     if req.constraint is None and constraint is not None and constraint.tools is not None:
-        tools = None  # the tools constraint's format renders its own template tools
+        tools = constraint.tools.template_tools  # the tools constraint's format renders its own template tools
+        if tools is not None and req.unlisted_tools:
+            tools = [t for t in tools if _tool_name(t) not in req.unlisted_tools]
     try:
         rendered = render_prompt(
             model,
@@ -201,3 +229,8 @@ def _render(model, req: GenerationRequest, constraint: Constraint | None, settin
     except (TemplateError, ValueError) as exc:
         raise RequestError(f"cannot render the chat template: {exc}", names.messages) from None
     return rendered.ids, rendered.reasoning
+
+
+def _tool_name(template_tool: dict) -> str | None:
+    """The name of a template tool (`{"type": "function", "function": {"name": ...}}` or flat)."""
+    return (template_tool.get("function") or template_tool).get("name")

@@ -54,6 +54,9 @@ class GenerationRequest:
         (`response_format`, `text.format`, `output_config.format`, `--schema`, ...), or None.
     tools: function tools (the chat shape `{"type": "function", "function": {...}}`, or any shape
         `guided.tools.definitions.make_tool` takes) and custom tools (`{"type": "custom", ...}`), or None.
+    unlisted_tools: names of `tools` the model may call that the template's tool list leaves out:
+        the conversation shows their definitions where they were loaded (deferred tools a tool
+        search found), so the prompt before that point, and its cached prefix, stay as they were.
     tool_choice: "none", "auto", "required", `{"type": "function", "function": {"name": ...}}`,
         `{"type": "custom", "custom": {"name": ...}}` or None.
     constraint: a constraint compiled already (`coreai.ConstrainedSession`'s), used instead of
@@ -80,6 +83,7 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     answer: tuple[str, dict] | None = None
     tools: list | None = None
+    unlisted_tools: frozenset[str] = frozenset()
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool = True
     constraint: Constraint | None = None

@@ -25,7 +25,8 @@ class Service:
     """Generation for `model`. settings: the defaults and bounds of every request (`Settings`; its
     `guided` is set here, from whether the grammar engine can use the tokenizer). cache: the
     compiled grammars. max_batch: requests decoding together (>= 1); max_queue: requests allowed
-    to wait beside them (>= 0); prompt_cache_bytes: the prefix cache's bound (0: off).
+    to wait beside them (>= 0); prompt_cache_bytes: the prefix cache's bound (0: off);
+    prompt_cache_dir: where the prefix cache is kept across restarts (None: not kept).
     heartbeat: (seconds, call) the idle worker makes (a distributed rank 0), or None.
     Builds the grammar engine's view of the tokenizer (a few seconds, once per tokenizer per
     process); the worker runs between `start` and `worker.close`."""
@@ -39,6 +40,7 @@ class Service:
         max_batch: int = 8,
         max_queue: int = 16,
         prompt_cache_bytes: int = 1 << 30,
+        prompt_cache_dir: str | None = None,
         heartbeat: tuple[float, Callable[[], None]] | None = None,
     ):
         self.model, self.cache = model, cache
@@ -50,7 +52,9 @@ class Service:
             self.tokenizer_info = None
         self.settings = dataclasses.replace(settings, guided=self.tokenizer_info is not None)
         self.max_batch, self.max_queue = max_batch, max_queue
-        self.worker = Worker(max_queue, max_batch, Engine(model, max_batch, prompt_cache_bytes), heartbeat)
+        self.worker = Worker(
+            max_queue, max_batch, Engine(model, max_batch, prompt_cache_bytes, prompt_cache_dir), heartbeat
+        )
 
     def start(self) -> None:
         self.worker.start()

@@ -52,13 +52,16 @@ class Closed(Exception):
 class Batch(Protocol):
     """What the worker steps: `start(job)` adds a job's generation (raising for that job only);
     `step()` advances every running generation once and returns the jobs that ended (their last
-    item delivered); `len()` is the number running."""
+    item delivered); `len()` is the number running; `close()` runs on the worker thread once it
+    has stopped (the engine keeps its prefix cache on disk there)."""
 
     def __len__(self) -> int: ...
 
     def start(self, job: Job) -> None: ...
 
     def step(self) -> list[Job]: ...
+
+    def close(self) -> None: ...
 
 
 class Job:
@@ -257,3 +260,7 @@ class Worker:
                 job.cancel.set()
                 job.put(_END)
             self._waiting.clear()
+        try:
+            self.batch.close()
+        except Exception:  # noqa: BLE001 - a failure to keep the cache must not hide the stop
+            log.exception("closing the batch engine failed")

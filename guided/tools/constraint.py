@@ -16,6 +16,7 @@ can produce: under "none" the marker cannot appear at all.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from guided.spec import engine_schema
 from guided.tools.custom import CUSTOM, input_lark
 from guided.tools.definitions import Tool, given_name, make_tool
 from guided.tools.formats import FORMATS, PYTHON_TAG, args_key, detect_format, json_text_forms
+from guided.tools.loop_guard import excluding
 from guided.tools.syntax import APPEND, CALL_JSON_STYLE, Pieces, text_not_starting_with
 from runtime.errors import InputError
 
@@ -228,7 +230,14 @@ class ToolConstraint:
 
 
 def tool_constraint(
-    tools, tool_choice, parallel: bool, tool_format: str | None, hf_tokenizer, ll_tokenizer, answer: dict | None = None
+    tools,
+    tool_choice,
+    parallel: bool,
+    tool_format: str | None,
+    hf_tokenizer,
+    ll_tokenizer,
+    answer: dict | None = None,
+    excluded_calls: dict[str, list[dict]] | None = None,
 ) -> ToolConstraint:
     """The `ToolConstraint` of `ConstrainedSession(tools=..., tool_choice=..., ...)`. tool_choice:
     "auto" (None), "required", "none" or {"type": "function", "function": {"name": ...}} (also the
@@ -237,6 +246,9 @@ def tool_constraint(
     envelopes or have a raw slot (`guided.tools.custom`; InputError otherwise). tool_format: None to
     detect it from the chat template.
     answer: the engine's JSON Schema of a response format for the text answer (see `tool_grammar`).
+    excluded_calls: tool name -> argument objects the grammar must not produce again (the loop
+    guard, `guided.tools.loop_guard`); the prompt still shows each tool as given. A tool left with no
+    call drops out of the grammar, unless that would leave none (then nothing is excluded).
     Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
     tokenizer cannot express) or SchemaError (bad parameters; `.tool`, `.tool_index`, `.pointer`)."""
     if not tools:
@@ -278,6 +290,7 @@ def tool_constraint(
     # llama3's <|python_tag|> only where the template uses it (Llama 3.1 does, 3.2 does not).
     texts = [m for m in (f.markers if f else ()) if m != PYTHON_TAG or m in template]
     refs = {m: token_ref(m, hf_tokenizer, ll_tokenizer) for m in texts}
+    allowed = guarded(allowed, excluded_calls or {})
     grammar, triggers = tool_grammar(fmt, allowed, mode=mode, parallel=parallel, refs=refs, answer=answer)
     ids = {m: int(r[2:-2]) for m, r in refs.items() if r.startswith("<[")}
     markers = frozenset({ids[f.opener]} if f and f.opener in ids else ())
@@ -285,3 +298,17 @@ def tool_constraint(
     return ToolConstraint(
         parsed, fmt, mode, parallel, grammar, markers, frozenset(ids.values()), tuple(triggers), answer_format
     )
+
+
+def guarded(tools: list[Tool], excluded: dict[str, list[dict]]) -> list[Tool]:
+    """`tools` with each function's parameters narrowed to exclude its `excluded` inputs
+    (`loop_guard.excluding`); a function with no call left is dropped, unless none would be left."""
+    if not excluded:
+        return tools
+    out = []
+    for tool in tools:
+        inputs = excluded.get(tool.name) if tool.kind != CUSTOM else None
+        narrowed = excluding(tool.parameters, inputs) if inputs else tool.parameters
+        if narrowed is not None:
+            out.append(dataclasses.replace(tool, parameters=narrowed))
+    return out or tools

@@ -2,8 +2,10 @@
 (`coreai.service.events`), whole or streamed, in the `anthropic` SDK's shapes.
 
 A whole reply is a `message` with content blocks: `thinking` (a reasoning model's block; its
-`signature` is empty, as nothing here signs), `text`, then `tool_use` per call (`input` the
-arguments object; a call cut by `max_tokens` carries what was decoded of it). `stop_reason` maps
+`signature` is empty, as nothing here signs), `text`, then `tool_use` per complete call (`input` the
+arguments object). A call cut by the token budget is left out, whole or streamed: the reply ends
+`max_tokens` with no partial `tool_use` block, so a client never gets an input it cannot parse
+(a client's `max_tokens` above the server's `--max-tokens` is cut to it). `stop_reason` maps
 the outcome's finish: `end_turn`, `stop_sequence` (with the `stop_sequence` that matched),
 `max_tokens`, `tool_use`, and `refusal` for a constrained output that failed: its text is not
 presented (the content keeps only the thinking) and `stop_details.explanation` says why, so that
@@ -13,7 +15,8 @@ split: their sum is the prompt).
 
 The stream, in the SDK's order: `message_start`, `ping`, then per block `content_block_start`,
 `content_block_delta` (`thinking_delta`, `text_delta`, `input_json_delta` whose `partial_json`
-pieces join to the call's arguments), `content_block_stop`; then `message_delta` (stop reason,
+pieces join to the call's arguments: a call's events are held until it is complete, then sent
+together), `content_block_stop`; then `message_delta` (stop reason,
 usage) and `message_stop`. A server fault mid-stream is an `error` event.
 """
 
@@ -113,15 +116,15 @@ class MessageReply:
         if outcome.refusal is None:
             if outcome.content:
                 content.append(text_block(outcome.content))
-            calls = [(c.index, c.id, c.name, c.arguments) for c in outcome.calls]
-            calls += [(c.index, c.id, c.name, c.arguments) for c in outcome.cut]
-            content += [tool_use_block(i, n, a) for _, i, n, a in sorted(calls)]
+            calls = sorted((c.index, c.id, c.name, c.arguments) for c in outcome.calls)  # never a cut one
+            content += [tool_use_block(i, n, a) for _, i, n, a in calls]
         return self.message(content, outcome)
 
     async def stream(self, reply: ReplyEvents, job: Job, prompt_tokens: int) -> AsyncIterator[dict]:
         """The stream's events (see the module docstring); cancels the job when the client goes away
         (the generator is closed)."""
         blocks = _Blocks()
+        held: dict[int, list[dict]] = {}  # each open call's block and deltas, sent once it is complete
         try:
             start = {"input_tokens": prompt_tokens, "output_tokens": 0}
             yield {"type": "message_start", "message": self.message([], start_usage=start)}
@@ -132,11 +135,15 @@ class MessageReply:
                 elif isinstance(event, ContentDelta):
                     out = blocks.delta("text", {"type": "text_delta", "text": event.text})
                 elif isinstance(event, CallOpened):
-                    out = [*blocks.close(), *blocks.open(tool_use_block(event.id, event.name, ""))]
-                elif isinstance(event, CallArguments):
-                    out = [blocks.event({"type": "input_json_delta", "partial_json": event.text})]
-                elif isinstance(event, CallDone):
                     out = blocks.close()
+                    held[event.index] = [tool_use_block(event.id, event.name, "")]
+                elif isinstance(event, CallArguments):
+                    held[event.index].append({"type": "input_json_delta", "partial_json": event.text})
+                elif isinstance(event, CallDone):
+                    start, *deltas = held.pop(event.index)
+                    out = []  # a call the budget cut is never sent
+                    if event.complete:
+                        out = [*blocks.close(), *blocks.open(start), *map(blocks.event, deltas), *blocks.close()]
                 else:
                     out = [*blocks.close(), *self._end(event)]
                 for item in out:

@@ -13,6 +13,8 @@ What maps to what:
   enforced by the grammar; `tools` -> function tools whose arguments are always constrained to
   `input_schema`; `tool_choice` auto / any / tool / none -> auto / required / the named function /
   none; `disable_parallel_tool_use` -> one call at most.
+- `defer_loading` tools and `tool_reference` blocks: Anthropic's tool search (`deferred`): a deferred
+  tool is shown and callable once a reference loads it, the reference expanding to its definition.
 - `max_tokens` -> the budget, cut to the server's `--max-tokens` (Anthropic's clients send a ceiling).
 - `thinking` enabled -> the reasoning budget `budget_tokens`; adaptive -> the default budget;
   disabled -> `enable_thinking: false` for the chat template. A model that does not reason
@@ -26,6 +28,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from coreai.server.anthropic import schemas as m
+from coreai.server.anthropic.deferred import callable_tools, definition
 from coreai.server.errors import bad_request
 from coreai.server.pairing import tool_pairing_error
 from coreai.server.policy import Hint, ignored_fields
@@ -97,6 +100,8 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
         raise bad_request("tool_choice: tool_choice is only allowed when tools are given", "tool_choice")
     client_tools = [t for t in req.tools or [] if isinstance(t, m.Tool)]
     _check_not_forced_hosted(req, client_tools)
+    definitions = {t.name: definition(t) for t in client_tools}
+    client_tools, unlisted = callable_tools(req, client_tools)
     create = req if isinstance(req, m.MessagesRequest) else None
     forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool") and bool(req.tools)
     if create and create.stop_sequences and (_answer(req) is not None or forced):
@@ -107,7 +112,7 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
         )
     messages: list[dict] = [{"role": "system", "content": _system(req.system)}] if req.system else []
     for i, turn in enumerate(req.messages):
-        messages += chat_messages(turn, i)
+        messages += chat_messages(turn, i, definitions)
     answered = [(t["role"], [c["id"] for c in t.get("tool_calls") or []], t.get("tool_call_id")) for t in messages]
     if found := tool_pairing_error(answered):
         at, field, message = found
@@ -127,6 +132,7 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
         stop=list(create.stop_sequences or []) if create else [],
         answer=_answer(req),
         tools=_tools(client_tools) if client_tools else None,
+        unlisted_tools=unlisted,
         tool_choice=_tool_choice(req.tool_choice) if client_tools else None,
         parallel_tool_calls=not (req.tool_choice and req.tool_choice.disable_parallel_tool_use),
         max_reasoning_tokens=req.thinking.budget_tokens if isinstance(req.thinking, m.ThinkingEnabled) else None,
@@ -134,9 +140,10 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
     )
 
 
-def chat_messages(message: m.Message, index: int) -> list[dict]:
-    """The chat messages of `messages[index]`, as the chat template expects them. An empty content
-    (`""` or `[]`) is a 400 naming it, as Anthropic's API answers: the turn would say nothing."""
+def chat_messages(message: m.Message, index: int, definitions: dict[str, str] | None = None) -> list[dict]:
+    """The chat messages of `messages[index]`, as the chat template expects them; `definitions`:
+    the text a `tool_reference` to each tool name expands to (`deferred.definition`). An empty
+    content (`""` or `[]`) is a 400 naming it, as Anthropic's API answers: the turn would say nothing."""
     if not message.content:
         where = f"messages[{index}].content"
         raise bad_request(f"{where}: every message needs non-empty content", where)
@@ -158,7 +165,9 @@ def chat_messages(message: m.Message, index: int) -> list[dict]:
         elif isinstance(block, m.ToolResultBlock):
             if message.role != "user":
                 raise bad_request(f"{where}: tool_result blocks belong in user messages", where)
-            results.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": _result(block, where)})
+            results.append(
+                {"role": "tool", "tool_call_id": block.tool_use_id, "content": _result(block, where, definitions or {})}
+            )
         elif isinstance(block, m.OtherBlock):
             raise bad_request(f"{where}: {block.type} blocks are not supported: {UNREADABLE}", where)
         # thinking / redacted_thinking: an earlier turn's reasoning, which templates drop
@@ -173,14 +182,18 @@ def chat_messages(message: m.Message, index: int) -> list[dict]:
     return out
 
 
-def _result(block: m.ToolResultBlock, where: str) -> str:
-    """A tool result's text; an error result says so, as the model has no other way to tell."""
+def _result(block: m.ToolResultBlock, where: str, definitions: dict[str, str]) -> str:
+    """A tool result's text (a `tool_reference` expanded to the tool's definition); an error result
+    says so, as the model has no other way to tell."""
     parts = block.content if isinstance(block.content, list) else [block.content or ""]
     text = []
     for k, part in enumerate(parts):
         if isinstance(part, m.OtherBlock):
             raise bad_request(f"{where}.content[{k}]: {part.type} blocks are not supported: {UNREADABLE}", where)
-        text.append(part if isinstance(part, str) else part.text)
+        if isinstance(part, m.ToolReferenceBlock):
+            text.append(definitions[part.tool_name])  # `callable_tools` checked the name
+        else:
+            text.append(part if isinstance(part, str) else part.text)
     return ("Error: " if block.is_error else "") + "".join(text)
 
 

@@ -69,7 +69,16 @@ class OtherBlock(Request):
     ]
 
 
-ResultPart = Annotated[TextBlock | OtherBlock, Field(discriminator="type")]
+class ToolReferenceBlock(Request):
+    """A deferred tool (`defer_loading`) a tool search found, in a `tool_result`: it loads the tool
+    (Anthropic's tool search; the mapping expands it to the tool's definition)."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+    cache_control: CacheControl | None = None
+
+
+ResultPart = Annotated[TextBlock | ToolReferenceBlock | OtherBlock, Field(discriminator="type")]
 
 
 class ToolResultBlock(Request):
@@ -108,7 +117,9 @@ class Message(Request):
 
 class Tool(Request):
     """A client tool: its arguments are always constrained to `input_schema` (`strict` closes its
-    objects to the properties it names, as chat's `strict` does; see `guided.tools.definitions`)."""
+    objects to the properties it names, as chat's `strict` does; see `guided.tools.definitions`).
+    `defer_loading`: left out of the prompt and the grammar until a `tool_reference` block in a
+    `tool_result` (a tool search's answer) names it (Anthropic's tool search)."""
 
     type: Literal["custom"] | None = None
     name: str = Field(pattern=FUNCTION_NAME)
@@ -116,6 +127,7 @@ class Tool(Request):
     input_schema: dict[str, Any]
     strict: bool | None = None
     cache_control: CacheControl | None = None
+    defer_loading: bool | None = None  # not shown nor callable until a tool_reference block loads it
 
 
 class ServerTool(Request):
