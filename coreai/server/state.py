@@ -83,6 +83,7 @@ class ServerState:
             max_queue=config.max_queue,
             prompt_cache_bytes=config.prompt_cache_bytes,
             heartbeat=heartbeat,
+            max_kv_bytes=config.max_kv_bytes,
         )
         warmup = None
         if service.tokenizer_info is not None and config.grammar_journal:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from coreai.service.engine import Engine
 from coreai.service.job import GenerationJob
+from coreai.service.memory import KVBudget, default_max_kv_bytes, kv_bytes_per_token
 from coreai.service.prepare import Settings, prepare
 from coreai.service.request import GenerationRequest, Names, RequestError
 from coreai.service.worker import Job, Worker
@@ -27,6 +28,8 @@ class Service:
     compiled grammars. max_batch: requests decoding together (>= 1); max_queue: requests allowed
     to wait beside them (>= 0); prompt_cache_bytes: the prefix cache's bound (0: off).
     heartbeat: (seconds, call) the idle worker makes (a distributed rank 0), or None.
+    max_kv_bytes: the KV-cache bytes the running rows may take together (`memory.KVBudget`; None:
+    `memory.default_max_kv_bytes`); a job that does not fit waits for rows to leave.
     Builds the grammar engine's view of the tokenizer (a few seconds, once per tokenizer per
     process); the worker runs between `start` and `worker.close`."""
 
@@ -40,6 +43,7 @@ class Service:
         max_queue: int = 16,
         prompt_cache_bytes: int = 1 << 30,
         heartbeat: tuple[float, Callable[[], None]] | None = None,
+        max_kv_bytes: int | None = None,
     ):
         self.model, self.cache = model, cache
         self.tokenizer_info: TokenizerInfo | None
@@ -50,10 +54,27 @@ class Service:
             self.tokenizer_info = None
         self.settings = dataclasses.replace(settings, guided=self.tokenizer_info is not None)
         self.max_batch, self.max_queue = max_batch, max_queue
-        self.worker = Worker(max_queue, max_batch, Engine(model, max_batch, prompt_cache_bytes), heartbeat)
+        if max_kv_bytes is None:
+            max_kv_bytes = default_max_kv_bytes(model, prompt_cache_bytes)
+        self.kv = KVBudget(kv_bytes_per_token(model), max_kv_bytes)
+        self.engine = Engine(model, max_batch, prompt_cache_bytes)
+        self.worker = Worker(max_queue, max_batch, self.engine, heartbeat, admit=self._admit)
+
+    def _admit(self, running: list[GenerationJob], job: GenerationJob) -> bool:
+        return self.kv.fits([_row(j) for j in running], _row(job))
 
     def start(self) -> None:
         self.worker.start()
+
+    def memory(self) -> dict[str, int]:
+        """Bytes: `max_kv_bytes` (the bound), `kv_bytes` (the worst case of the rows running now) and
+        `prefix_cache_bytes` (held by the prefix cache now)."""
+        prefix = self.engine.batch.kv.prompt_cache
+        return {
+            "max_kv_bytes": self.kv.max_bytes,
+            "kv_bytes": self.kv.bytes([_row(j) for j in self.worker.running()]),
+            "prefix_cache_bytes": prefix.nbytes if prefix is not None else 0,
+        }
 
     def prepare(self, req: GenerationRequest) -> GenerationJob:
         """`coreai.service.prepare.prepare` with this service's model, grammars and settings."""
@@ -62,11 +83,27 @@ class Service:
     def submit(self, job: GenerationJob, names: Names | None = None) -> list[Job]:
         """Queue `job`'s `n` choices, all or none. Raises `RequestError` naming `names.n` when they
         could never fit, `worker.QueueFull` (with `retry_after`) when the queue is full, `worker.
-        Closed` once the worker stops admitting (shutting down, a lost distributed model)."""
+        Closed` once the worker stops admitting (shutting down, a lost distributed model). A choice
+        whose KV cache could not fit the bound even alone is a `RequestError` naming `names.max_tokens`."""
+        names = names or Names()
+        if not self.kv.fits([], _row(job)):
+            need, prompt = self.kv.bytes([_row(job)]), len(job.prompt_ids)
+            raise RequestError(
+                f"this request may need {need} bytes of KV cache ({prompt} prompt tokens + max_tokens "
+                f"{job.max_tokens}), more than this server's bound of {self.kv.max_bytes} bytes "
+                "(coreai serve --max-kv-bytes): lower max_tokens or shorten the prompt",
+                names.max_tokens,
+                "kv_memory_exceeded",
+            )
         if job.n > self.max_batch + self.max_queue:  # would never fit: not a full queue to retry
             raise RequestError(
                 f"n = {job.n} is more than this server runs and queues at once "
                 f"(max_batch {self.max_batch} + max_queue {self.max_queue})",
-                (names or Names()).n,
+                names.n,
             )
         return self.worker.submit(job.choices())
+
+
+def _row(job: GenerationJob) -> tuple[int, int]:
+    """A job's row for `KVBudget`: (prompt tokens, max_tokens)."""
+    return len(job.prompt_ids), job.max_tokens
