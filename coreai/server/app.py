@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi_offline import FastAPIOffline
 
-from coreai.server import models, playground, trust
+from coreai.server import models, openapi, playground, trust
 from coreai.server.anthropic import errors as anthropic_errors
 from coreai.server.anthropic import routes as messages
 from coreai.server.config import ServerConfig
@@ -71,4 +71,5 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     responses.install(app)
     messages.install(app)
     playground.install(app)  # the page at `/` (docs/reference/server.md#the-playground)
+    openapi.install(app, {anthropic_errors.PATH: (anthropic_errors.ERROR_SCHEMA, ("529",))})
     return app
