@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
@@ -48,3 +49,9 @@ def test_every_route_survives_schemathesis(fuzzed, tmp_path):
     operations = re.search(r"Selected: (\d+)/(\d+)", run.stdout)
     assert operations and operations.group(1) == operations.group(2), summary  # every route and method
     assert run.returncode == 0, summary + run.stderr[-3000:]
+
+
+def test_found_by_the_fuzzer_an_input_item_whose_type_is_not_a_string(fuzzed):
+    """Was a 500 (an unhashable `type` reached the item union's tag lookup); a 400 naming the input."""
+    r = httpx.post(fuzzed + "/v1/responses", json={"model": "tiny", "input": [{"type": {}, "call_id": ""}]})
+    assert r.status_code == 400 and r.json()["error"]["param"].startswith("input"), r.text
