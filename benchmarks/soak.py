@@ -212,10 +212,14 @@ def summarize(records: list[dict], samples: list[dict], warm_at: float) -> dict:
     latencies = [r["latency"] for r in records if r.get("status") == 200 and r["kind"] != "dropped_stream"]
     warm = next((s for s in samples if s["t"] >= warm_at), samples[-1])
     bad = [r for r in records if r["kind"] == "bad_input"]
+    points = {"start": samples[0], "after_warmup": warm, "end": samples[-1]}
     return {
         "requests": len(records),
         "by_status": dict(sorted(statuses.items())),
         "by_kind": dict(sorted(Counter(r["kind"] for r in records).items())),
+        "status_by_kind": {
+            kind: dict(Counter(str(r.get("status")) for r in records if r["kind"] == kind)) for kind in KINDS
+        },
         "server_errors_5xx": sum(s.isdigit() and int(s) >= 500 for s in statuses.elements()),
         "no_answer": sum(not str(r.get("status")).isdigit() for r in records),
         "bad_inputs_refused_4xx": f"{sum(r.get('refused', False) for r in bad)}/{len(bad)}",
@@ -226,6 +230,9 @@ def summarize(records: list[dict], samples: list[dict], warm_at: float) -> dict:
         "rss_mib": {"start": samples[0]["rss_mib"], "after_warmup": warm["rss_mib"], "end": samples[-1]["rss_mib"]},
         "rss_drift_after_warmup_pct": round(100 * (samples[-1]["rss_mib"] / warm["rss_mib"] - 1), 2),
         "rss_peak_mib": max(s["rss_mib"] for s in samples),
+        # What the RSS holds, from MLX's allocator: arrays alive, and freed buffers kept for reuse.
+        "mlx_active_mib": {k: round(s.get("mlx_active_bytes", 0) / 2**20, 1) for k, s in points.items()},
+        "mlx_cache_mib": {k: round(s.get("mlx_cache_bytes", 0) / 2**20, 1) for k, s in points.items()},
         "prefix_cache_bytes_peak": max(s.get("prefix_cache_bytes", 0) for s in samples),
         "threads": {"start": samples[0]["threads"], "after_warmup": warm["threads"], "end": samples[-1]["threads"]},
     }
@@ -245,7 +252,9 @@ def main(argv=None) -> dict:
     model = args.model if Path(args.model).is_dir() else str(store.ensure(args.model))
     serve = ["serve", model, "--port", "{port}", "--alias", "*", "--max-queue", str(4 * args.clients)]
     serve += ["--prompt-cache-bytes", str(args.prompt_cache_bytes), "--grammar-journal", "off"]
-    with _Server(CODE_COREAI, serve) as server:
+    log = args.out.with_suffix(".server.log")  # the server's stderr: a 5xx's traceback
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as stderr, _Server(CODE_COREAI, serve, stderr) as server:
         pid = server.process.pid
         samples: list[dict] = []
         stop = threading.Event()
@@ -286,6 +295,7 @@ def main(argv=None) -> dict:
             "prefix_cache_bytes_bound": args.prompt_cache_bytes,
             "rows_left": {"running": health["running"], "waiting": health["waiting"]},
         }
+    report["server_log"] = str(log)
     report["server_exit_code"] = server.process.returncode  # -15: stopped in order by SIGTERM (uvicorn re-raises it)
     print(json.dumps(report, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,8 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+import mlx.core as mx
+
 from coreai.service.engine import Engine
 from coreai.service.job import GenerationJob
 from coreai.service.memory import KVBudget, default_max_kv_bytes, kv_bytes_per_token
@@ -67,13 +69,16 @@ class Service:
         self.worker.start()
 
     def memory(self) -> dict[str, int]:
-        """Bytes: `max_kv_bytes` (the bound), `kv_bytes` (the worst case of the rows running now) and
-        `prefix_cache_bytes` (held by the prefix cache now)."""
+        """Bytes: `max_kv_bytes` (the bound), `kv_bytes` (the worst case of the rows running now),
+        `prefix_cache_bytes` (held by the prefix cache now), and MLX's allocator: `mlx_active_bytes`
+        (arrays alive) and `mlx_cache_bytes` (freed buffers it keeps for reuse, up to its cache limit)."""
         prefix = self.engine.batch.kv.prompt_cache
         return {
             "max_kv_bytes": self.kv.max_bytes,
             "kv_bytes": self.kv.bytes([_row(j) for j in self.worker.running()]),
             "prefix_cache_bytes": prefix.nbytes if prefix is not None else 0,
+            "mlx_active_bytes": mx.get_active_memory(),
+            "mlx_cache_bytes": mx.get_cache_memory(),
         }
 
     def prepare(self, req: GenerationRequest) -> GenerationJob:
