@@ -22,6 +22,12 @@ def test_bytes_per_token_is_what_a_kv_cache_takes(tiny_model):
     assert default_max_kv_bytes(tiny_model, 1 << 30) >= MIN_DEFAULT
 
 
+def test_a_config_without_the_kv_size_turns_admission_off(tiny_model, monkeypatch):
+    monkeypatch.setattr(tiny_model, "config", {"model_type": "unknown"})
+    assert kv_bytes_per_token(tiny_model) == 0
+    assert KVBudget(0, 1).fits([(10**6, 10**6)], (10**6, 10**6))  # nothing is bounded
+
+
 def test_budget_counts_rows_padded_to_the_longest():
     budget = KVBudget(bytes_per_token=10, max_bytes=2 * 512 * 10)
     assert budget.bytes([(10, 20)]) == STEP * 10  # rounded up to mlx-lm's step

@@ -11,6 +11,7 @@ The prefix cache has a bound of its own (`prompt_cache_bytes`) and is not counte
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from mlx.utils import tree_flatten
 
 from runtime import Model
 
+log = logging.getLogger("coreai.service")
+
 STEP = 256  # tokens: mlx-lm's KV caches grow in steps of this many positions
 MIN_DEFAULT = 256 << 20  # bytes: the least default bound
 
@@ -29,12 +32,17 @@ def kv_bytes_per_token(model: Model) -> int:
     """Bytes of KV cache one position takes in every layer of `model`: 2 (K and V) x layers x KV
     heads x head size x the compute dtype's item size, from its config (`num_key_value_heads`,
     default `num_attention_heads`; `head_dim`, default hidden size / heads). An upper bound for
-    models whose sliding-window layers keep fewer positions."""
+    models whose sliding-window layers keep fewer positions. 0 for a config without these keys
+    (an architecture this formula does not know: admission is then not bounded, with a warning)."""
     config = model.config.get("text_config", model.config)
-    heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
-    layers = int(config["num_hidden_layers"])
+    try:
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
+        layers = int(config["num_hidden_layers"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        log.warning("KV-memory admission off: the model's config does not give its KV size (%r)", exc)
+        return 0
     return 2 * layers * kv_heads * head_dim * _compute_itemsize(model)
 
 
