@@ -22,6 +22,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -78,9 +79,10 @@ class Client:
         self.rng = random.Random(seed)
         self.max_tokens = max_tokens
         self.records: list[dict] = []
+        self.stop = False
 
     def run(self, until: float) -> None:
-        while time.monotonic() < until:
+        while time.monotonic() < until and not self.stop:
             kind = self.rng.choice(KINDS)
             t0 = time.perf_counter()
             record = {"kind": kind, "t": time.monotonic()}
@@ -109,12 +111,18 @@ class Client:
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 event = json.loads(line[6:])
+                if "error" in event or event.get("type") in ("error", "response.failed"):
+                    out["error_event"] = True  # each API's error inside a stream that began
                 if "ttft" not in out and _has_text(event):
                     out["ttft"] = time.perf_counter() - t0
                     if drop:
                         return {"status": r.status_code, "ttft": out["ttft"]}  # the client leaves
                 out["events"].append(event)
         return out
+
+    def _streamed(self, path: str, body: dict) -> dict:
+        out = self._stream(path, body)
+        return {k: out[k] for k in ("status", "ttft", "error_event") if k in out}
 
     def _valid(self, text: str | None, schema: dict) -> bool:
         try:
@@ -136,8 +144,7 @@ class Client:
 
     def chat_stream(self) -> dict:
         body = {"model": "m", "messages": USER, "max_tokens": self.max_tokens, "stream": True}
-        out = self._stream("/v1/chat/completions", body)
-        return {"status": out["status"], "ttft": out.get("ttft")}
+        return self._streamed("/v1/chat/completions", body)
 
     def dropped_stream(self) -> dict:
         body = {"model": "m", "messages": USER, "max_tokens": self.max_tokens, "stream": True}
@@ -167,14 +174,14 @@ class Client:
         done = [e["response"] for e in out["events"] if e.get("type") == "response.completed"]
         if out["status"] != 200 or not done:
             cut = any(e.get("type") == "response.incomplete" for e in out["events"])
-            return {"status": out["status"], "ttft": out.get("ttft"), **({"cut": True} if cut else {})}
+            ended = {"cut": True} if cut else {"error_event": True} if out.get("error_event") else {}
+            return {"status": out["status"], "ttft": out.get("ttft"), **ended}
         text = "".join(c.get("text", "") for item in done[0]["output"] for c in item.get("content") or [])
         return {"status": out["status"], "ttft": out.get("ttft"), "valid": self._valid(text, SCHEMA)}
 
     def messages_stream(self) -> dict:
         body = {"model": "m", "messages": USER, "max_tokens": self.max_tokens, "stream": True}
-        out = self._stream("/v1/messages", body)
-        return {"status": out["status"], "ttft": out.get("ttft")}
+        return self._streamed("/v1/messages", body)
 
     def messages_tool(self) -> dict:
         tool = {"name": "weather", "input_schema": WEATHER}
@@ -238,6 +245,49 @@ def summarize(records: list[dict], samples: list[dict], warm_at: float) -> dict:
     }
 
 
+def load(args, base: str, pid: int) -> dict:
+    """The mixed clients against the server at `base` (process `pid`) for `args.minutes`; the figures."""
+    samples: list[dict] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        point = {"t": time.monotonic(), **_proc(pid)}
+        point.update(httpx.get(base + "/health", timeout=30).json().get("memory", {}))
+        samples.append(point)
+
+    def sampler() -> None:
+        while not stop.wait(5.0):
+            sample()
+
+    sample()
+    t_start = time.monotonic()
+    duration = 60 * args.minutes
+    warm_at = t_start + min(60.0, duration / 5)
+    clients = [Client(base, args.seed + i, args.max_tokens, args.timeout) for i in range(args.clients)]
+    threads = [threading.Thread(target=c.run, args=(t_start + duration,)) for c in clients]
+    watcher = threading.Thread(target=sampler)
+    for t in [*threads, watcher]:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    watcher.join()
+    time.sleep(2.0)  # the dropped streams' rows leave within a step
+    sample()
+    health = httpx.get(base + "/health", timeout=30).json()
+    return {
+        "model": args.model,
+        "ranks": args.ranks,
+        "minutes": args.minutes,
+        "clients": args.clients,
+        "max_tokens": args.max_tokens,
+        "load_average": os.getloadavg(),
+        **summarize([r for c in clients for r in c.records], samples, warm_at),
+        "prefix_cache_bytes_bound": args.prompt_cache_bytes,
+        "rows_left": {"running": health["running"], "waiting": health["waiting"]},
+    }
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", default=store.DEFAULT_MODEL)
@@ -247,56 +297,27 @@ def main(argv=None) -> dict:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds without an answer that count as a hang")
     p.add_argument("--prompt-cache-bytes", type=int, default=256 << 20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ranks", type=int, choices=(1, 2), default=1, help="2: under mlx.launch, then a rank fault")
+    p.add_argument("--stop-seconds", type=float, default=30.0, help="--ranks 2: rank 1 SIGSTOPped this long")
+    p.add_argument("--rank-timeout", type=float, default=20.0, help="--ranks 2: coreai serve --rank-timeout")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/soak.json"))
     args = p.parse_args(argv)
     model = args.model if Path(args.model).is_dir() else str(store.ensure(args.model))
-    serve = ["serve", model, "--port", "{port}", "--alias", "*", "--max-queue", str(4 * args.clients)]
+    serve = ["--alias", "*", "--max-queue", str(4 * args.clients)]
     serve += ["--prompt-cache-bytes", str(args.prompt_cache_bytes), "--grammar-journal", "off"]
-    log = args.out.with_suffix(".server.log")  # the server's stderr: a 5xx's traceback
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as stderr, _Server(CODE_COREAI, serve, stderr) as server:
-        pid = server.process.pid
-        samples: list[dict] = []
-        stop = threading.Event()
+    if args.ranks == 2:
+        from benchmarks import soak_ranks
 
-        def sample() -> None:
-            sample = {"t": time.monotonic(), **_proc(pid)}
-            sample.update(httpx.get(server.base + "/health", timeout=30).json().get("memory", {}))
-            samples.append(sample)
-
-        def sampler() -> None:
-            while not stop.wait(5.0):
-                sample()
-
-        sample()
-        t_start = time.monotonic()
-        duration = 60 * args.minutes
-        warm_at = t_start + min(60.0, duration / 5)
-        clients = [Client(server.base, args.seed + i, args.max_tokens, args.timeout) for i in range(args.clients)]
-        threads = [threading.Thread(target=c.run, args=(t_start + duration,)) for c in clients]
-        watcher = threading.Thread(target=sampler)
-        for t in [*threads, watcher]:
-            t.start()
-        for t in threads:
-            t.join()
-        stop.set()
-        watcher.join()
-        time.sleep(2.0)  # the dropped streams' rows leave within a step
-        sample()
-        health = httpx.get(server.base + "/health", timeout=30).json()
-        records = [r for c in clients for r in c.records]
-        report = {
-            "model": args.model,
-            "minutes": args.minutes,
-            "clients": args.clients,
-            "max_tokens": args.max_tokens,
-            "load_average": os.getloadavg(),
-            **summarize(records, samples, warm_at),
-            "prefix_cache_bytes_bound": args.prompt_cache_bytes,
-            "rows_left": {"running": health["running"], "waiting": health["waiting"]},
-        }
-    report["server_log"] = str(log)
-    report["server_exit_code"] = server.process.returncode  # -15: stopped in order by SIGTERM (uvicorn re-raises it)
+        report = soak_ranks.run(args, model, serve, sys.modules[__name__])
+    else:
+        log = args.out.with_suffix(".server.log")  # the server's stderr: a 5xx's traceback
+        log.parent.mkdir(parents=True, exist_ok=True)
+        command = ["serve", model, "--port", "{port}", *serve]
+        with log.open("w") as stderr, _Server(CODE_COREAI, command, stderr) as server:
+            report = load(args, server.base, server.process.pid)
+        report["server_log"] = str(log)
+        # -15: stopped in order by SIGTERM (uvicorn re-raises it once shut down)
+        report["server_exit_code"] = server.process.returncode
     print(json.dumps(report, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -58,3 +58,34 @@ def test_a_request_that_does_not_fit_waits_and_one_that_never_could_is_refused(s
                 events = [line for line in waiting.iter_lines() if line.startswith("data: ")]
                 assert events[-1] == "data: [DONE]" and len(events) > 3  # ... and the second runs
         assert httpx.get(base + "/health").json()["memory"]["kv_bytes"] == 0
+
+
+def test_a_lost_model_ends_the_waiting_jobs_too():
+    """`Worker.fail` (a lost distributed model: the worker thread is stuck in a collective) ends the
+    waiting jobs with the error as well as the running ones: nobody would ever take them."""
+    import asyncio
+
+    from coreai.service.worker import Closed, Worker
+
+    class Idle:  # a batch never stepped: the worker thread is not started
+        def __len__(self):
+            return 0
+
+    async def scenario():
+        worker = Worker(max_queue=4, max_batch=1, batch=Idle())  # type: ignore[arg-type]
+        waiting = worker.submit(["a", "b"])
+        worker.fail(RuntimeError("lost"))
+        for job in waiting:
+            try:
+                await asyncio.wait_for(job.get(), 5)
+            except RuntimeError as exc:
+                assert str(exc) == "lost"
+            else:
+                raise AssertionError("a waiting job was not ended")
+        assert worker.load() == (0, 0)
+        try:
+            worker.submit(["c"])
+        except Closed as exc:
+            assert "lost" in str(exc)
+
+    asyncio.run(scenario())

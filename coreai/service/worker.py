@@ -163,12 +163,17 @@ class Worker:
 
     def fail(self, error: Exception) -> None:
         """Admit no more jobs (`submit` raises Closed with the error's message) and end every running
-        one with `error` now, from this thread: the worker thread may never return (a lost
-        distributed model's collective)."""
+        and waiting one with `error` now, from this thread: the worker thread may never return (a
+        lost distributed model's collective), so a waiting job would never be taken."""
         with self._lock:
             self._admitting, self._refusal = False, str(error)
             for job in self._running:
                 job.put(error)  # its reader raises it and stops reading
+            for job in self._waiting:
+                job.cancel.set()
+                job.put(error)
+            self._waiting.clear()
+            self._left.notify_all()
 
     def drain(self, grace: float) -> None:
         """Stop admitting (`submit` raises Closed), wait up to `grace` seconds for the running and
