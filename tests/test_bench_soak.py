@@ -27,8 +27,9 @@ def test_soak_runs_and_reports(tiny_model_dir, tmp_path):
 def test_soak_at_two_ranks_with_a_stopped_rank(tiny_model_dir, tmp_path):
     """`--ranks 2`: the mixed load under mlx.launch, then rank 1 SIGSTOPped: rank 0 ends non-zero
     and the requests running at the stop end (an error, not a hang)."""
-    args = [str(tiny_model_dir), "--ranks", "2", "--minutes", "0.1", "--clients", "4", "--stop-seconds", "8"]
-    report = soak.main([*args, "--rank-timeout", "3", "--out", str(tmp_path / "soak.json")])
+    # A rank timeout well above a step on a loaded machine (a slow step must not count as a lost rank).
+    args = [str(tiny_model_dir), "--ranks", "2", "--minutes", "0.1", "--clients", "4", "--stop-seconds", "14"]
+    report = soak.main([*args, "--rank-timeout", "8", "--out", str(tmp_path / "soak.json")])
     assert report["server_errors_5xx"] == 0 and report["no_answer"] == 0, report["by_status"]
     fault = report["fault"]
     assert fault["rank0_exit_code"] not in (None, 0), fault
@@ -36,4 +37,4 @@ def test_soak_at_two_ranks_with_a_stopped_rank(tiny_model_dir, tmp_path):
     # Each API's error: a 503 (529 on Messages) before a stream began, an error event in one that had;
     # never a connection cut or a hang (a waiting request too).
     assert all(end in ("503", "529") or end.endswith("error event") for end in fault["how_they_ended"]), fault
-    assert fault["longest_to_end_after_stop_s"] < 3 + 30, fault  # the rank timeout, the grace and slack
+    assert fault["longest_to_end_after_stop_s"] < 8 + 30, fault  # the rank timeout, the grace and slack
