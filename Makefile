@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast playground-screenshot lint install clean
+.PHONY: demo test test-fast playground-screenshot fuzz lint install clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -41,6 +41,11 @@ test-fast: $(STAMP) $(NODE_STAMP)
 # Debian's Chromium. The browser tests write their screenshots under pytest's tmp_path instead.
 playground-screenshot: $(STAMP)
 	$(PY) -m benchmarks.playground_screenshot --out docs/playground.png
+
+# Every route and method fuzzed by schemathesis from /openapi.json on the tiny model, longer than the
+# fast lane's run (coverage phase + 200 cases per operation); prints schemathesis' figures.
+fuzz: $(STAMP)
+	COREAI_FUZZ_PHASES=examples,coverage,fuzzing COREAI_FUZZ_EXAMPLES=200 $(PY) -m pytest -q -s tests/test_server_fuzz.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -233,9 +233,10 @@ def _float32_copy(folder: Path, into: Path) -> Path:
 
 
 class _Server:
-    """A server subprocess on a free loopback port; `base` is its URL once it answers /v1/models."""
+    """A server subprocess on a free loopback port; `base` is its URL once it answers /v1/models.
+    stderr: where its log goes (a file, or DEVNULL)."""
 
-    def __init__(self, code: str, args: list[str]):
+    def __init__(self, code: str, args: list[str], stderr=subprocess.DEVNULL):
         self.port = _port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = dict(
@@ -243,7 +244,7 @@ class _Server:
             PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
         )
         argv = [sys.executable, "-c", code, *[a.replace("{port}", str(self.port)) for a in args]]
-        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
     def __enter__(self):
         import httpx

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
+from pathlib import Path
 
 from coreai import store
 from coreai.commands import common
@@ -27,7 +29,38 @@ def register(sub) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
-    p.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
+    p.add_argument(
+        "--api-key",
+        help="require `Authorization: Bearer KEY` on every route but /health, the page and the docs (visible "
+        "in `ps`: prefer $COREAI_API_KEY or --api-key-file)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        type=Path,
+        help="a file of API keys, one a line (# comments); any of them is accepted. $COREAI_API_KEY "
+        "(keys separated by commas) adds more",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name the server answers to beside its loopback names and addresses and the address "
+        "it is reached at (repeatable; '*' allows any: unsafe, opens DNS rebinding)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin (http://host:port) whose pages may call the server (repeatable; none by default)",
+    )
+    p.add_argument(
+        "--max-kv-bytes",
+        type=int,
+        help="bound of the KV cache the running requests may take together, in bytes; a request that does "
+        "not fit waits (default: from the machine's memory)",
+    )
     p.add_argument(
         "--alias",
         action="append",
@@ -122,13 +155,34 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def api_keys(args) -> tuple[str, ...]:
+    """The keys of --api-key, --api-key-file (one a line; blank lines and # comments skipped) and
+    $COREAI_API_KEY (comma-separated). Raises InputError for a file that cannot be read or holds none."""
+    keys = [args.api_key] if args.api_key else []
+    keys += [k.strip() for k in os.environ.get("COREAI_API_KEY", "").split(",") if k.strip()]
+    if args.api_key_file is not None:
+        try:
+            lines = args.api_key_file.read_text().splitlines()
+        except OSError as exc:
+            raise InputError(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from None
+        found = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        if not found:
+            raise InputError(f"--api-key-file {args.api_key_file}: no key in it")
+        keys += found
+    return tuple(keys)
+
+
 def run(args) -> int:
-    if args.host not in LOOPBACK and not args.api_key:
-        log.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
+    keys = api_keys(args)
+    if args.host not in LOOPBACK and not keys:
+        log.warning("serving on %s without an API key: anyone who can reach this port can use the model", args.host)
     if args.speculative == "draft" and not args.draft_model:
         raise InputError("--speculative draft needs --draft-model")
     config = ServerConfig(  # checks every setting (ParameterError: the CLI names the flag), before the slow load
-        api_key=args.api_key,
+        api_keys=keys,
+        allowed_hosts=tuple(args.allowed_host),
+        cors_origins=tuple(args.cors_origin),
+        max_kv_bytes=args.max_kv_bytes,
         aliases=tuple(args.alias),
         max_tokens=args.max_tokens,
         temperature=args.temperature,

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi_offline import FastAPIOffline
 
-from coreai.server import models, playground
+from coreai.server import models, openapi, playground, trust
 from coreai.server.anthropic import errors as anthropic_errors
 from coreai.server.anthropic import routes as messages
 from coreai.server.config import ServerConfig
@@ -64,6 +64,8 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     )
     app.state.server = state
     app.add_middleware(BodyLimit, limit=state.config.max_body_bytes)
+    config = state.config  # Host, CORS, Origin, key: before the body limit and routing (trust.py)
+    trust.install(app, config.allowed_hosts, config.cors_origins, config.keys())
     install_error_handlers(app, {anthropic_errors.PATH: anthropic_errors.error_response})
     app.include_router(models.router)
     app.include_router(openai.router)
@@ -71,4 +73,5 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     responses_socket.install(app)  # Responses over a WebSocket on /v1/responses
     messages.install(app)
     playground.install(app)  # the page at `/` (docs/reference/server.md#the-playground)
+    openapi.install(app, {anthropic_errors.PATH: (anthropic_errors.ERROR_SCHEMA, ("529",))})
     return app

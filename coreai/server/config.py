@@ -24,7 +24,15 @@ class ServerConfig:
         `NAME=MODEL` (MODEL: the served name, checked at start); NAME may be a glob (`claude-*`,
         fnmatch's, case-sensitive), so an agent's fixed model ids (Claude Code's main and small
         models) reach the served model. Replies name the model the request asked for.
-    api_key: required as `Authorization: Bearer <key>` on /v1 routes when set.
+    api_key: required as `Authorization: Bearer <key>` (or `x-api-key`) on every route but the open
+        ones (`coreai.server.trust.OPEN_PATHS`) when set; api_keys: more keys, any one of them will do.
+    allowed_hosts: names (or addresses) the `Host` header may carry beside the loopback ones and the
+        address a request arrived at (`coreai.server.trust`); "*" allows any (unsafe: DNS rebinding).
+    cors_origins: browser origins (`http://host:port`) allowed to call the server (CORS; none by
+        default); "*" allows any.
+    max_kv_bytes: the KV-cache bytes the running generations may take together at most
+        (`coreai.service.memory`); a request that does not fit waits, one that never could is a
+        400. None: from the machine's memory (`memory.default_max_kv_bytes`).
     max_tokens: the default and the upper bound of a request's completion tokens (>= 1).
     temperature: the default sampling temperature.
     max_queue: requests allowed to wait while `max_batch` run; more get 429 (>= 0).
@@ -61,6 +69,10 @@ class ServerConfig:
     model_name: str | None = None
     aliases: tuple[str, ...] = ()
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()
+    max_kv_bytes: int | None = None
     max_tokens: int = 1024
     temperature: float = 0.7
     max_queue: int = 16
@@ -91,6 +103,10 @@ class ServerConfig:
             loop_guard=self.loop_guard,
         )
 
+    def keys(self) -> tuple[str, ...]:
+        """Every API key the server accepts (none: no key needed)."""
+        return tuple(k for k in (self.api_key, *self.api_keys) if k)
+
     def __post_init__(self):
         # The defaults go through the checks a request's values go through: out of range, every
         # request leaving the field out would be refused with a 400 blaming the client.
@@ -106,6 +122,8 @@ class ServerConfig:
         for name, least in bounds:
             if not getattr(self, name) >= least:
                 raise ParameterError(f"{name} must be >= {least}, got {getattr(self, name)!r}", name)
+        if self.max_kv_bytes is not None and not self.max_kv_bytes >= 1:
+            raise ParameterError(f"max_kv_bytes must be >= 1, got {self.max_kv_bytes!r}", "max_kv_bytes")
         if self.schema_hint_budget is not None and not self.schema_hint_budget >= 1:
             raise ParameterError(
                 f"schema_hint_budget must be >= 1, got {self.schema_hint_budget!r}", "schema_hint_budget"

@@ -3,25 +3,22 @@ ASGI middleware that bounds the body before anything parses it (413)."""
 
 from __future__ import annotations
 
-import hmac
-
 from starlette.requests import HTTPConnection
 
 from coreai.server.errors import APIError, respond
+from coreai.server.trust import given_key, key_matches
 
 
 def require_api_key(request: HTTPConnection) -> None:
-    """Route dependency: the `Authorization: Bearer <key>` of `ServerConfig.api_key` (or the
-    Anthropic SDK's `x-api-key: <key>`), when one is set. The scheme is case-insensitive (RFC 7235:
-    "bearer" is "Bearer"); the key is compared exactly, in constant time. Raises APIError 401
-    `invalid_api_key`. `request`: an HTTP request or a WebSocket's handshake."""
-    key = request.app.state.server.config.api_key
-    if not key:
+    """Route dependency, behind `coreai.server.trust.CallerCheck` (which answers before routing): one
+    of `ServerConfig.keys()` as `Authorization: Bearer <key>` (or the Anthropic SDK's `x-api-key:
+    <key>`), when any is set. The scheme is case-insensitive (RFC 7235: "bearer" is "Bearer"); the
+    key is compared exactly, in constant time. Raises APIError 401 `invalid_api_key`. `request`: an
+    HTTP request or a WebSocket's handshake."""
+    keys = request.app.state.server.config.keys()
+    if not keys:
         return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        given = request.headers.get("x-api-key", "")
-    if not hmac.compare_digest(given.strip().encode(), key.encode()):
+    if not key_matches(given_key(dict(request.headers)), [k.encode() for k in keys]):
         raise APIError(
             401,
             "missing or incorrect API key (send Authorization: Bearer <key> or x-api-key: <key>)",

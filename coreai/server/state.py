@@ -84,6 +84,7 @@ class ServerState:
             prompt_cache_bytes=config.prompt_cache_bytes,
             prompt_cache_dir=config.prompt_cache_dir,
             heartbeat=heartbeat,
+            max_kv_bytes=config.max_kv_bytes,
         )
         warmup = None
         if service.tokenizer_info is not None and config.grammar_journal:

@@ -10,8 +10,11 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+import mlx.core as mx
+
 from coreai.service.engine import Engine
 from coreai.service.job import GenerationJob
+from coreai.service.memory import KVBudget, default_max_kv_bytes, kv_bytes_per_token
 from coreai.service.prepare import Settings, prepare
 from coreai.service.request import GenerationRequest, Names, RequestError
 from coreai.service.worker import Job, Worker
@@ -28,6 +31,8 @@ class Service:
     to wait beside them (>= 0); prompt_cache_bytes: the prefix cache's bound (0: off);
     prompt_cache_dir: where the prefix cache is kept across restarts (None: not kept).
     heartbeat: (seconds, call) the idle worker makes (a distributed rank 0), or None.
+    max_kv_bytes: the KV-cache bytes the running rows may take together (`memory.KVBudget`; None:
+    `memory.default_max_kv_bytes`); a job that does not fit waits for rows to leave.
     Builds the grammar engine's view of the tokenizer (a few seconds, once per tokenizer per
     process); the worker runs between `start` and `worker.close`."""
 
@@ -42,6 +47,7 @@ class Service:
         prompt_cache_bytes: int = 1 << 30,
         prompt_cache_dir: str | None = None,
         heartbeat: tuple[float, Callable[[], None]] | None = None,
+        max_kv_bytes: int | None = None,
     ):
         self.model, self.cache = model, cache
         self.tokenizer_info: TokenizerInfo | None
@@ -52,12 +58,30 @@ class Service:
             self.tokenizer_info = None
         self.settings = dataclasses.replace(settings, guided=self.tokenizer_info is not None)
         self.max_batch, self.max_queue = max_batch, max_queue
-        self.worker = Worker(
-            max_queue, max_batch, Engine(model, max_batch, prompt_cache_bytes, prompt_cache_dir), heartbeat
-        )
+        if max_kv_bytes is None:
+            max_kv_bytes = default_max_kv_bytes(model, prompt_cache_bytes)
+        self.kv = KVBudget(kv_bytes_per_token(model), max_kv_bytes)
+        self.engine = Engine(model, max_batch, prompt_cache_bytes, prompt_cache_dir)
+        self.worker = Worker(max_queue, max_batch, self.engine, heartbeat, admit=self._admit)
+
+    def _admit(self, running: list[GenerationJob], job: GenerationJob) -> bool:
+        return self.kv.fits([_row(j) for j in running], _row(job))
 
     def start(self) -> None:
         self.worker.start()
+
+    def memory(self) -> dict[str, int]:
+        """Bytes: `max_kv_bytes` (the bound), `kv_bytes` (the worst case of the rows running now),
+        `prefix_cache_bytes` (held by the prefix cache now), and MLX's allocator: `mlx_active_bytes`
+        (arrays alive) and `mlx_cache_bytes` (freed buffers it keeps for reuse, up to its cache limit)."""
+        prefix = self.engine.batch.kv.prompt_cache
+        return {
+            "max_kv_bytes": self.kv.max_bytes,
+            "kv_bytes": self.kv.bytes([_row(j) for j in self.worker.running()]),
+            "prefix_cache_bytes": prefix.nbytes if prefix is not None else 0,
+            "mlx_active_bytes": mx.get_active_memory(),
+            "mlx_cache_bytes": mx.get_cache_memory(),
+        }
 
     def prepare(self, req: GenerationRequest) -> GenerationJob:
         """`coreai.service.prepare.prepare` with this service's model, grammars and settings."""
@@ -66,11 +90,27 @@ class Service:
     def submit(self, job: GenerationJob, names: Names | None = None) -> list[Job]:
         """Queue `job`'s `n` choices, all or none. Raises `RequestError` naming `names.n` when they
         could never fit, `worker.QueueFull` (with `retry_after`) when the queue is full, `worker.
-        Closed` once the worker stops admitting (shutting down, a lost distributed model)."""
+        Closed` once the worker stops admitting (shutting down, a lost distributed model). A choice
+        whose KV cache could not fit the bound even alone is a `RequestError` naming `names.max_tokens`."""
+        names = names or Names()
+        if not self.kv.fits([], _row(job)):
+            need, prompt = self.kv.bytes([_row(job)]), len(job.prompt_ids)
+            raise RequestError(
+                f"this request may need {need} bytes of KV cache ({prompt} prompt tokens + max_tokens "
+                f"{job.max_tokens}), more than this server's bound of {self.kv.max_bytes} bytes "
+                "(coreai serve --max-kv-bytes): lower max_tokens or shorten the prompt",
+                names.max_tokens,
+                "kv_memory_exceeded",
+            )
         if job.n > self.max_batch + self.max_queue:  # would never fit: not a full queue to retry
             raise RequestError(
                 f"n = {job.n} is more than this server runs and queues at once "
                 f"(max_batch {self.max_batch} + max_queue {self.max_queue})",
-                (names or Names()).n,
+                names.n,
             )
         return self.worker.submit(job.choices())
+
+
+def _row(job: GenerationJob) -> tuple[int, int]:
+    """A job's row for `KVBudget`: (prompt tokens, max_tokens)."""
+    return len(job.prompt_ids), job.max_tokens

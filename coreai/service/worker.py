@@ -99,11 +99,19 @@ class Worker:
     together (>= 1); both checked by `ServerConfig`. batch: what runs them, owned by the worker.
     heartbeat: (seconds, call) made on the worker thread after each such idle period (a distributed
     model's rank 0 keeping the other ranks, which wait on it, alive), or None.
+    admit: `admit(running_params, params)`, whether the waiting job of `params` may join the jobs
+    running now (a memory bound, `coreai.service.memory`); the oldest waiting job that may not
+    holds the others behind it (first come, first served) until rows leave. None: always.
     Jobs submitted before `start` wait for it.
     """
 
     def __init__(
-        self, max_queue: int, max_batch: int, batch: Batch, heartbeat: tuple[float, Callable[[], None]] | None = None
+        self,
+        max_queue: int,
+        max_batch: int,
+        batch: Batch,
+        heartbeat: tuple[float, Callable[[], None]] | None = None,
+        admit: Callable[[list[Any], Any], bool] | None = None,
     ):
         self.max_queue = max_queue
         self.max_batch = max_batch
@@ -116,6 +124,7 @@ class Worker:
         self._admitting = True
         self._refusal = "the server is shutting down"  # what `submit` says once admissions stop
         self._heartbeat = heartbeat
+        self._admit = admit
         self._waiting: collections.deque[Job] = collections.deque()
         self._running: set[Job] = set()  # taken by the worker thread, not yet done
         self._closing = False
@@ -150,14 +159,24 @@ class Worker:
             self._release_cancelled()
             return len(self._running), len(self._waiting)
 
+    def running(self) -> list[Any]:
+        """The params of the jobs in the batch (or joining it)."""
+        with self._lock:
+            return [j.params for j in self._running]
+
     def fail(self, error: Exception) -> None:
         """Admit no more jobs (`submit` raises Closed with the error's message) and end every running
-        one with `error` now, from this thread: the worker thread may never return (a lost
-        distributed model's collective)."""
+        and waiting one with `error` now, from this thread: the worker thread may never return (a
+        lost distributed model's collective), so a waiting job would never be taken."""
         with self._lock:
             self._admitting, self._refusal = False, str(error)
             for job in self._running:
                 job.put(error)  # its reader raises it and stops reading
+            for job in self._waiting:
+                job.cancel.set()
+                job.put(error)
+            self._waiting.clear()
+            self._left.notify_all()
 
     def drain(self, grace: float) -> None:
         """Stop admitting (`submit` raises Closed), wait up to `grace` seconds for the running and
@@ -202,7 +221,12 @@ class Worker:
                 self._release_cancelled()
             if self._closing:
                 return None
-            jobs = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            jobs: list[Job] = []
+            while self._waiting and len(jobs) < room:
+                running = [j.params for j in (*self._running, *jobs)]
+                if running and self._admit is not None and not self._admit(running, self._waiting[0].params):
+                    break  # it waits for rows to leave (alone, every job is admitted)
+                jobs.append(self._waiting.popleft())
             self._running.update(jobs)
             return jobs
 

@@ -4,6 +4,8 @@ event."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.responses import JSONResponse
 
 from coreai.server.errors import APIError
@@ -36,3 +38,18 @@ def error_response(error: APIError) -> JSONResponse:
     body = error_body(error)
     status = 529 if body["error"]["type"] == "overloaded_error" else error.status
     return JSONResponse(body, status_code=status, headers=error.headers)
+
+
+# The shape above as JSON Schema, for the OpenAPI document's error responses (`coreai.server.openapi`).
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}

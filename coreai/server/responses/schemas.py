@@ -142,7 +142,7 @@ class CompactionTriggerItem(Request):
 def _item_tag(value) -> str | None:
     # Capitalised tags: the 400's field path skips them (`errors.field_path` keeps lower-case keys).
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
-    return ITEM_TAGS.get(kind) if kind is not None else None
+    return ITEM_TAGS.get(kind) if isinstance(kind, str) else None  # a non-string type: no member, a 400
 
 
 InputItem = Annotated[
