@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from coreai.server.dispatch import ERROR_RESPONSES, Server, check_model
@@ -48,10 +48,16 @@ async def health(server: Server):
     return body
 
 
-@router.api_route("/api/hello", methods=["GET", "HEAD"])
+@router.get("/api/hello")
 async def hello():
     """Claude Code's reachability probe at start-up (`HEAD /api/hello`, no key): 200."""
     return {"status": "ok"}
+
+
+@router.head("/api/hello", response_class=Response)
+async def hello_head() -> Response:
+    """The probe as the CLI sends it: 200, no body (documented so: no content type)."""
+    return Response(status_code=200)
 
 
 def listed(server: ServerState) -> list[str]:
