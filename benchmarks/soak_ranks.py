@@ -108,7 +108,10 @@ def fault(args, base: str, ranks: list[subprocess.Popen], soak) -> dict:
         c.stop = True
     for t in threads:
         t.join()
-    hit = [r for c in clients for r in c.records if r["t"] <= stopped <= r["t"] + r["latency"]]
+    spanning = [r for c in clients for r in c.records if r["t"] <= stopped <= r["t"] + r["latency"]]
+    # A bad input is refused before it reaches the ranks (a 4xx even with a rank stopped): counted apart.
+    hit = [r for r in spanning if r["kind"] != "bad_input"]
+    bad = [r for r in spanning if r["kind"] == "bad_input"]
     ends = Counter(_ending(r) for r in hit)
     return {
         "fault": {
@@ -118,6 +121,7 @@ def fault(args, base: str, ranks: list[subprocess.Popen], soak) -> dict:
             "rank0_ended_after_stop_s": round(ended - stopped, 2) if ended is not None else None,
             "running_at_stop": len(hit),
             "how_they_ended": dict(ends),
+            "bad_inputs_refused_4xx": f"{sum(r.get('refused', False) for r in bad)}/{len(bad)}",
             "longest_to_end_after_stop_s": round(max((r["t"] + r["latency"] - stopped for r in hit), default=0), 2),
         }
     }
