@@ -139,8 +139,8 @@ def cut_call():
 
 
 def test_the_responses_stream_and_the_whole_response_agree_on_a_cut_call(tiny_model):
-    """One outcome: the cut call is `incomplete` in the stream's `output_item.done`, in its final
-    response and in the whole response, which are the same but for the ids; chat says "length"."""
+    """One outcome: the cut call is in neither the stream (its events were held) nor its final
+    response nor the whole response, all `incomplete`; chat says "length"."""
     pieces, result = cut_call()
     constraint = Constraint(tiny_model, tools=[WEATHER], tool_choice="required")
     req = responses_body(tools=[WEATHER], tool_choice="required")
@@ -151,13 +151,10 @@ def test_the_responses_stream_and_the_whole_response_agree_on_a_cut_call(tiny_mo
         return [e async for e in events(builder, ReplyEvents(constraint, None), ListJob([*pieces, result]))]
 
     streamed = asyncio.run(stream())
-    [done] = [e["item"] for e in streamed if e["type"] == "response.output_item.done"]
     final = streamed[-1]
     assert final["type"] == "response.incomplete" and whole["status"] == "incomplete"
-    assert done["status"] == "incomplete" and done["arguments"] == '{"city": "Par'
-    assert final["response"]["output"] == [done]  # the final output is the items streamed, ids and all
-    drop_ids = [{k: v for k, v in item.items() if k != "id"} for item in whole["output"]]
-    assert drop_ids == [{k: v for k, v in done.items() if k != "id"}]
+    assert [e for e in streamed if e["type"].startswith("response.output_item")] == []
+    assert final["response"]["output"] == whole["output"] == []
     chat = ChatReply(
         schemas.ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "x"}], stream=True),
         constraint,
@@ -176,7 +173,8 @@ async def collect(stream):
 def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
     """A complete call, then one cut by the budget: chat keeps the complete call and says "length"
     (stream and whole alike: the stream already sent part of the cut call); Responses is
-    `incomplete` (max_output_tokens) with the complete call `completed` and the cut one `incomplete`."""
+    `incomplete` (max_output_tokens) with the complete call `completed`, streamed whole, and the cut
+    one never sent."""
     done = ToolCall("call_a", "get_weather", '{"city": "Paris"}', {"city": "Paris"}, 0)
     parts = [
         ("markup", "<tool_call>\n"),
@@ -197,4 +195,9 @@ def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
     builder = ResponseBuilder(responses_body(tools=[WEATHER], tool_choice="required"), "tiny", tiny_model.tokenizer)
     whole = builder.render(outcome_of(pieces, result, ReplyEvents(constraint, None))).model_dump()
     assert whole["status"] == "incomplete" and whole["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert [(i["call_id"], i["status"]) for i in whole["output"]] == [("call_a", "completed"), ("call_b", "incomplete")]
+    assert [(i["call_id"], i["status"]) for i in whole["output"]] == [("call_a", "completed")]
+    streamed = asyncio.run(collect(events(builder, ReplyEvents(constraint, None), ListJob([*pieces, result]))))
+    done = [e["item"] for e in streamed if e["type"] == "response.output_item.done"]
+    deltas = "".join(e["delta"] for e in streamed if e["type"] == "response.function_call_arguments.delta")
+    assert [(i["call_id"], i["status"]) for i in done] == [("call_a", "completed")] and deltas == done[0]["arguments"]
+    assert streamed[-1]["response"]["output"] == done

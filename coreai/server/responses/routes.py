@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, cast
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
@@ -38,7 +38,6 @@ from coreai.server.responses.store import ResponseStore, output_messages
 from coreai.server.responses.stream import events, sse_events
 from coreai.server.state import ServerState
 from coreai.service import Finish, GenerationJob, GenerationRequest, Job, ReplyEvents, finish_of
-from guided.tools import ToolCall
 from runtime import GenerationResult
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
@@ -132,8 +131,9 @@ class ResponseBuilder:
         return self.response("completed", output, output_text=text, usage=usage)
 
     def items(self, outcome: Finish, ids: dict | None = None) -> list[r.OutputItem]:
-        """The output items of `outcome`: reasoning, message, the complete calls ("completed") and a
-        call cut by the budget ("incomplete"). A text item is "incomplete" when the generation was
+        """The output items of `outcome`: reasoning, message and the complete calls; a call cut by the
+        budget is never output (a client replaying it would send back arguments that are not JSON
+        text; the response is `incomplete`). A text item is "incomplete" when the generation was
         cut or failed and nothing followed it. ids: the items' ids streamed already ("reasoning",
         "message", a call's index); new ones for the others."""
         ids = ids or {}
@@ -153,19 +153,17 @@ class ResponseBuilder:
             part = r.OutputTextPart(text=outcome.content, logprobs=logprobs)
             status = "completed" if ended or calls else "incomplete"
             items.append(r.OutputMessage(id=ids.get("message") or new_id("msg_"), status=status, content=[part]))
-        for call, call_status in [(c, "completed") for c in outcome.calls] + [(c, "incomplete") for c in outcome.cut]:
-            status = cast(ItemStatus, call_status)
-            if call.kind == "custom":  # its input: the whole one, or what was decoded of a cut call
-                value = call.input if isinstance(call, ToolCall) else call.arguments
+        for call in outcome.calls:
+            if call.kind == "custom":
                 item_id = ids.get(call.index) or new_id("ctc_")
                 items.append(
                     r.OutputCustomToolCall(
-                        id=item_id, call_id=call.id, name=call.name, input=value or "", status=status
+                        id=item_id, call_id=call.id, name=call.name, input=call.input or "", status="completed"
                     )
                 )
                 continue
             item_id = ids.get(call.index) or new_id("fc_")
-            items.append(self.function_call(item_id, call.id, call.name, call.arguments, status))
+            items.append(self.function_call(item_id, call.id, call.name, call.arguments, "completed"))
         return items
 
     def render(self, outcome: Finish, ids: dict | None = None) -> r.Response:

@@ -5,9 +5,10 @@ Events, in the order and with the names of OpenAI's stream (each with a `sequenc
 `response.created`, `response.in_progress`; per output item `response.output_item.added`, then for
 a reasoning item `response.content_part.added`, `response.reasoning_text.delta`... /
 `.done`, `response.content_part.done`; for a message the same with `response.output_text.*`; for a
-function call `response.function_call_arguments.delta` (the argument fragments as they are decoded)
-/ `.done` (a custom tool's call: `response.custom_tool_call_input.delta` / `.done`, its raw input);
-`response.output_item.done` (a call cut by max_output_tokens is `incomplete`). The last
+function call `response.function_call_arguments.delta` (the argument fragments as they were decoded)
+/ `.done` (a custom tool's call: `response.custom_tool_call_input.delta` / `.done`, its raw input),
+`response.output_item.done`: a call's events are held until it is complete, then sent together; a
+call cut by max_output_tokens is never sent (as on Messages). The last
 event is `response.completed`, `response.incomplete` (cut by max_output_tokens) or `response.failed`
 (a constrained output that failed: the text already streamed is not valid), carrying the whole
 response: `ResponseBuilder.render` of the generation's `Finish`, as a whole reply is, with the ids
@@ -43,7 +44,7 @@ class _Renderer:
         self.builder = builder
         self.output: list = []  # the items opened, in order: their output_index
         self.ids: dict = {}  # "reasoning", "message", a call's index -> its item's id
-        self.calls: dict[int, list] = {}  # a call's index -> [item, output_index]
+        self.held: dict[int, tuple] = {}  # an open call's index -> (item, its argument pieces)
         self.current: _Text | None = None
 
     def text_delta(self, kind: str, text: str, logprobs: list[dict]):
@@ -91,6 +92,8 @@ class _Renderer:
         yield {"type": "response.output_item.done", "output_index": c.index, "item": c.item.model_dump()}
 
     def call_opened(self, event: CallOpened):
+        """A call's events are held until it is complete (`call_done`): a call the budget cut is never
+        sent, so that a client replaying the output (Codex does) never sends back its partial arguments."""
         if self.current is not None:
             yield from self.close_text("completed")
         item: r.OutputFunctionCall | r.OutputCustomToolCall
@@ -100,30 +103,35 @@ class _Renderer:
             )
         else:
             item = self.builder.function_call(new_id("fc_"), event.id, event.name, "", "in_progress")
-        self.ids[event.index] = item.id
-        self.calls[event.index] = [item, len(self.output)]
-        self.output.append(item)
-        yield {"type": "response.output_item.added", "output_index": len(self.output) - 1, "item": item.model_dump()}
+        self.held[event.index] = (item, [])
 
     def call_arguments(self, event: CallArguments):
-        item, index = self.calls[event.index]
-        where = {"item_id": item.id, "output_index": index}
-        if isinstance(item, r.OutputCustomToolCall):
-            item.input += event.text
-            yield {"type": "response.custom_tool_call_input.delta", **where, "delta": event.text}
-            return
-        item.arguments += event.text
-        yield {"type": "response.function_call_arguments.delta", **where, "delta": event.text}
+        self.held[event.index][1].append(event.text)
+        yield from ()
 
     def call_done(self, event: CallDone):
-        item, index = self.calls[event.index]
+        item, pieces = self.held.pop(event.index)
+        if not event.complete:
+            return
+        index = len(self.output)
+        self.ids[event.index] = item.id
+        self.output.append(item)
+        yield {"type": "response.output_item.added", "output_index": index, "item": item.model_dump()}
         where = {"item_id": item.id, "output_index": index}
+        custom = isinstance(item, r.OutputCustomToolCall)
+        for text in pieces:
+            if custom:
+                yield {"type": "response.custom_tool_call_input.delta", **where, "delta": text}
+            else:
+                yield {"type": "response.function_call_arguments.delta", **where, "delta": text}
         if isinstance(item, r.OutputCustomToolCall):
+            item.input = "".join(pieces)
             yield {"type": "response.custom_tool_call_input.done", **where, "input": item.input}
         else:
+            item.arguments = "".join(pieces)
             done = {"name": item.name, "arguments": item.arguments}
             yield {"type": "response.function_call_arguments.done", **where, **done}
-        item.status = "completed" if event.complete else "incomplete"
+        item.status = "completed"
         yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
 
     def finish(self, event: Finish):
