@@ -212,6 +212,16 @@ def _has_text(event: dict) -> bool:
     return event.get("type") == "content_block_delta" and bool(event.get("delta", {}).get("text"))
 
 
+def _by_minute(samples: list[dict], key: str) -> list:
+    """`key` of the first sample at or after each whole minute from the first, then of the last."""
+    t0, out, mark = samples[0]["t"], [], 0
+    for s in samples[:-1]:
+        if s["t"] - t0 >= 60 * mark:
+            out.append(s)
+            mark = int((s["t"] - t0) // 60) + 1
+    return [x.get(key, 0) for x in [*out, samples[-1]]]
+
+
 def summarize(records: list[dict], samples: list[dict], warm_at: float) -> dict:
     statuses = Counter(str(r.get("status")) for r in records)
     constrained = [r for r in records if "valid" in r]
@@ -237,6 +247,11 @@ def summarize(records: list[dict], samples: list[dict], warm_at: float) -> dict:
         "rss_mib": {"start": samples[0]["rss_mib"], "after_warmup": warm["rss_mib"], "end": samples[-1]["rss_mib"]},
         "rss_drift_after_warmup_pct": round(100 * (samples[-1]["rss_mib"] / warm["rss_mib"] - 1), 2),
         "rss_peak_mib": max(s["rss_mib"] for s in samples),
+        # Whether it still grows at the end or has levelled off: the RSS at each minute of the run.
+        "rss_mib_by_minute": _by_minute(samples, "rss_mib"),
+        # The prefix cache fills up to its bound well after the first minute: bounded growth, not a leak.
+        "prefix_cache_mib_by_minute": [round(b / 2**20, 1) for b in _by_minute(samples, "prefix_cache_bytes")],
+        "mlx_active_mib_by_minute": [round(b / 2**20, 1) for b in _by_minute(samples, "mlx_active_bytes")],
         # What the RSS holds, from MLX's allocator: arrays alive, and freed buffers kept for reuse.
         "mlx_active_mib": {k: round(s.get("mlx_active_bytes", 0) / 2**20, 1) for k, s in points.items()},
         "mlx_cache_mib": {k: round(s.get("mlx_cache_bytes", 0) / 2**20, 1) for k, s in points.items()},

@@ -109,8 +109,10 @@ def fault(args, base: str, ranks: list[subprocess.Popen], soak) -> dict:
     for t in threads:
         t.join()
     spanning = [r for c in clients for r in c.records if r["t"] <= stopped <= r["t"] + r["latency"]]
-    # A bad input is refused before it reaches the ranks (a 4xx even with a rank stopped): counted apart.
-    hit = [r for r in spanning if r["kind"] != "bad_input"]
+    # A bad input is refused before it reaches the ranks (a 4xx even with a rank stopped): counted
+    # apart; a stream its client left after the first text ended by the client's choice.
+    left = [r for r in spanning if r["kind"] == "dropped_stream" and r.get("ttft") is not None]
+    hit = [r for r in spanning if r["kind"] != "bad_input" and r not in left]
     bad = [r for r in spanning if r["kind"] == "bad_input"]
     ends = Counter(_ending(r) for r in hit)
     return {
@@ -122,6 +124,7 @@ def fault(args, base: str, ranks: list[subprocess.Popen], soak) -> dict:
             "running_at_stop": len(hit),
             "how_they_ended": dict(ends),
             "bad_inputs_refused_4xx": f"{sum(r.get('refused', False) for r in bad)}/{len(bad)}",
+            "streams_the_client_left": len(left),
             "longest_to_end_after_stop_s": round(max((r["t"] + r["latency"] - stopped for r in hit), default=0), 2),
         }
     }
