@@ -108,9 +108,13 @@ class Client:
         with self.http.stream("POST", path, json=body) as r:
             out["status"] = r.status_code
             for line in r.iter_lines():
+                if line == "data: [DONE]":
+                    out["ended"] = True
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 event = json.loads(line[6:])
+                if event.get("type") in ("message_stop", "response.completed", "response.incomplete"):
+                    out["ended"] = True  # the API's last event: the stream was not cut
                 if "error" in event or event.get("type") in ("error", "response.failed"):
                     out["error_event"] = True  # each API's error inside a stream that began
                 if "ttft" not in out and _has_text(event):
@@ -118,11 +122,13 @@ class Client:
                     if drop:
                         return {"status": r.status_code, "ttft": out["ttft"]}  # the client leaves
                 out["events"].append(event)
+        if out["status"] == 200 and not out.pop("ended", False):
+            out["unended"] = True  # a 200 stream that stopped before its API's last event
         return out
 
     def _streamed(self, path: str, body: dict) -> dict:
         out = self._stream(path, body)
-        return {k: out[k] for k in ("status", "ttft", "error_event") if k in out}
+        return {k: out[k] for k in ("status", "ttft", "error_event", "unended") if k in out}
 
     def _valid(self, text: str | None, schema: dict) -> bool:
         try:
@@ -175,7 +181,7 @@ class Client:
         if out["status"] != 200 or not done:
             cut = any(e.get("type") == "response.incomplete" for e in out["events"])
             ended = {"cut": True} if cut else {"error_event": True} if out.get("error_event") else {}
-            return {"status": out["status"], "ttft": out.get("ttft"), **ended}
+            return {"status": out["status"], "ttft": out.get("ttft"), **ended, "unended": out.get("unended", False)}
         text = "".join(c.get("text", "") for item in done[0]["output"] for c in item.get("content") or [])
         return {"status": out["status"], "ttft": out.get("ttft"), "valid": self._valid(text, SCHEMA)}
 
@@ -222,6 +228,18 @@ def _by_minute(samples: list[dict], key: str) -> list:
     return [x.get(key, 0) for x in [*out, samples[-1]]]
 
 
+def _drift_once_full(samples: list[dict]) -> dict:
+    full = next(
+        (s for s in samples if s.get("prefix_cache_bytes", 0) >= 0.95 * s.get("prefix_cache_max_bytes", 0) > 0), None
+    )
+    if full is None:
+        return {"prefix_cache_full_after_s": None, "rss_drift_once_prefix_cache_full_pct": None}
+    return {
+        "prefix_cache_full_after_s": round(full["t"] - samples[0]["t"], 1),
+        "rss_drift_once_prefix_cache_full_pct": round(100 * (samples[-1]["rss_mib"] / full["rss_mib"] - 1), 2),
+    }
+
+
 def summarize(records: list[dict], samples: list[dict], warm_at: float) -> dict:
     statuses = Counter(str(r.get("status")) for r in records)
     constrained = [r for r in records if "valid" in r]
@@ -247,6 +265,9 @@ def summarize(records: list[dict], samples: list[dict], warm_at: float) -> dict:
         "rss_mib": {"start": samples[0]["rss_mib"], "after_warmup": warm["rss_mib"], "end": samples[-1]["rss_mib"]},
         "rss_drift_after_warmup_pct": round(100 * (samples[-1]["rss_mib"] / warm["rss_mib"] - 1), 2),
         "rss_peak_mib": max(s["rss_mib"] for s in samples),
+        # The bounded prefix cache may still be filling after the warm-up: the drift from the first
+        # sample where it held 95 % of its bound (None if it never did) tells growth beyond it.
+        **_drift_once_full(samples),
         # Whether it still grows at the end or has levelled off: the RSS at each minute of the run.
         "rss_mib_by_minute": _by_minute(samples, "rss_mib"),
         # The prefix cache fills up to its bound well after the first minute: bounded growth, not a leak.

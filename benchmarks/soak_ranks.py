@@ -131,7 +131,12 @@ def fault(args, base: str, ranks: list[subprocess.Popen], soak) -> dict:
 
 
 def _ending(record: dict) -> str:
+    """How a request ended: its status, "+ error event", or for a 200 whether it was whole: a whole
+    answer spanning the stop is one the ranks finished before it (the step in flight); a 200 stream
+    cut without its API's last event or an error event is the failure this run looks for."""
     status = record.get("status")
     if record.get("error_event"):
         return f"{status} + error event"
+    if status == 200:
+        return "200 cut without an error" if record.get("unended") else "200 whole"
     return json.dumps(status) if not isinstance(status, str) else status

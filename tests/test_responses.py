@@ -5,6 +5,7 @@ noise, but constrained output is valid by construction); the real Qwen model cov
 from __future__ import annotations
 
 import json
+import logging
 
 import httpx
 import jsonschema
@@ -366,13 +367,16 @@ def test_the_store_is_bounded_by_count_and_bytes():
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_call_cut_by_max_output_tokens_is_never_sent(tiny, stream):
+def test_a_call_cut_by_max_output_tokens_is_never_sent(tiny, stream, caplog):
     """A function call cut by the budget is not output, streamed or not (its events are held until
-    the call is complete): the response is `incomplete`, and replaying its output as the next
-    request's input, as Codex does, is accepted (a cut call's arguments are not JSON text)."""
+    the call is complete): the response is `incomplete`, the log names the call, and replaying its
+    output as the next request's input, as Codex does, is accepted (a cut call's arguments are not
+    JSON text)."""
     body = {"model": "tiny", "input": "Weather in Paris?", "tools": [WEATHER], "tool_choice": "required"}
     body |= {"max_output_tokens": 24, "parallel_tool_calls": False, "stream": stream, "store": False}
-    response = httpx.post(tiny + "/v1/responses", json=body, timeout=120)
+    with caplog.at_level(logging.INFO, logger="coreai.service"):
+        response = httpx.post(tiny + "/v1/responses", json=body, timeout=120)
+    assert "the token budget (24 tokens) cut tool call 'get_weather'" in caplog.text
     if stream:
         events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
         assert not [

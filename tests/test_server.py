@@ -84,7 +84,9 @@ def qwen(qwen_model):
 
 def test_health_models_and_docs(tiny):
     health = httpx.get(tiny + "/health").json()
-    assert set(health.pop("memory")) >= {"max_kv_bytes", "kv_bytes", "prefix_cache_bytes", "mlx_cache_bytes"}
+    memory = health.pop("memory")
+    assert set(memory) >= {"max_kv_bytes", "kv_bytes", "prefix_cache_bytes", "mlx_cache_bytes"}
+    assert 0 <= memory["prefix_cache_bytes"] <= memory["prefix_cache_max_bytes"] > 0, memory
     assert health == {
         "status": "ok",
         "model": "tiny",

@@ -202,6 +202,15 @@ class ReplyEvents:
         outcome = decided(result, self.reasoning)
         done = {c.index for c in outcome.tool_calls}
         cut = [CutCall(i, *opened) for i, opened in self.opened.items() if i not in done]
+        for call in cut:
+            # Not sent to the client: the log is where a runaway argument can be seen (its tail, -v).
+            log.info(
+                "the token budget (%d tokens) cut tool call %r after %d characters; it is not sent: ...%r",
+                len(result.token_ids),
+                call.name,
+                len(call.arguments),
+                call.arguments[-120:],
+            )
         return Finish(outcome, result, cut, self.logprobs, self._take())
 
     def _take(self, carry: bool = True) -> list[TokenLogprob]:

@@ -72,13 +72,15 @@ class Service:
 
     def memory(self) -> dict[str, int]:
         """Bytes: `max_kv_bytes` (the bound), `kv_bytes` (the worst case of the rows running now),
-        `prefix_cache_bytes` (held by the prefix cache now), and MLX's allocator: `mlx_active_bytes`
+        `prefix_cache_bytes` (held by the prefix cache now) and `prefix_cache_max_bytes` (its bound, 0
+        without a cache), and MLX's allocator: `mlx_active_bytes`
         (arrays alive) and `mlx_cache_bytes` (freed buffers it keeps for reuse, up to its cache limit)."""
         prefix = self.engine.batch.kv.prompt_cache
         return {
             "max_kv_bytes": self.kv.max_bytes,
             "kv_bytes": self.kv.bytes([_row(j) for j in self.worker.running()]),
             "prefix_cache_bytes": prefix.nbytes if prefix is not None else 0,
+            "prefix_cache_max_bytes": prefix.max_bytes if prefix is not None else 0,
             "mlx_active_bytes": mx.get_active_memory(),
             "mlx_cache_bytes": mx.get_cache_memory(),
         }
