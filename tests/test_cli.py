@@ -114,6 +114,7 @@ def test_bad_input_is_one_line_and_exit_1(tiny_model_dir, tmp_path, capsys, argv
         ("--max-batch", "0", "--max-batch must be >= 1"),
         ("--max-body-bytes", "0", "--max-body-bytes must be >= 1"),
         ("--temperature", "inf", "temperature must be a finite number >= 0"),
+        ("--repetition-penalty", "0", "--repetition-penalty must be a finite number > 0"),
         ("--port", "99999", "cannot listen on 127.0.0.1:99999"),
     ],
 )

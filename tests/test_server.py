@@ -138,6 +138,20 @@ def test_stream_matches_non_stream(tiny):
     assert streamed == whole.choices[0].message.content
 
 
+def test_server_default_repetition_penalty(tiny, tiny_model):
+    """`--repetition-penalty`: a request that leaves it out gets the server's; one that sets it keeps
+    its own (here 1, none: the plain server's output)."""
+    ask = dict(model="tiny", messages=USER, max_tokens=24, temperature=0)
+    plain = client(tiny).chat.completions.create(**ask).choices[0].message.content
+    asked = client(tiny).chat.completions.create(**ask, extra_body={"repetition_penalty": 3.0})
+    with serve(tiny_model, model_name="tiny", max_tokens=480, temperature=0.0, repetition_penalty=3.0) as base:
+        default = client(base).chat.completions.create(**ask).choices[0].message.content
+        overridden = client(base).chat.completions.create(**ask, extra_body={"repetition_penalty": 1.0})
+    assert asked.choices[0].message.content != plain  # the penalty moves the tiny model's greedy output
+    assert default == asked.choices[0].message.content
+    assert overridden.choices[0].message.content == plain
+
+
 def test_message_forms(tiny, tiny_model):
     """Content-part lists, the developer role, assistant tool calls and tool results render as the
     template expects (the same prompt tokens as in process)."""

@@ -79,6 +79,12 @@ def register(sub) -> None:
         "--temperature", type=float, default=defaults.temperature, help="default temperature (default: %(default)s)"
     )
     p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        help="default repetition penalty over the last 64 tokens (> 0; 1 or unset: none), as llama.cpp's "
+        "--repeat-penalty; a request's own value wins",
+    )
+    p.add_argument(
         "--max-queue",
         type=int,
         default=defaults.max_queue,
@@ -186,6 +192,7 @@ def run(args) -> int:
         aliases=tuple(args.alias),
         max_tokens=args.max_tokens,
         temperature=args.temperature,
+        repetition_penalty=args.repetition_penalty,
         max_queue=args.max_queue,
         max_batch=args.max_batch,
         prompt_cache_bytes=args.prompt_cache_bytes,

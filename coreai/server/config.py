@@ -35,6 +35,9 @@ class ServerConfig:
         400. None: from the machine's memory (`memory.default_max_kv_bytes`).
     max_tokens: the default and the upper bound of a request's completion tokens (>= 1).
     temperature: the default sampling temperature.
+    repetition_penalty: the default repetition penalty (`runtime.sampling.SamplingParams`: > 0, 1 is
+        none, over the last 64 tokens), or None (none). A request's own value overrides it; llama.cpp's
+        `--repeat-penalty`. It helps a small model that loops inside a tool call's arguments.
     max_queue: requests allowed to wait while `max_batch` run; more get 429 (>= 0).
     max_batch: requests decoding together in one batch (continuous batching, see `runtime.batch`; >= 1).
     prompt_cache_bytes: bound of the prefix cache (KV caches of earlier prompts and replies, LRU), in
@@ -75,6 +78,7 @@ class ServerConfig:
     max_kv_bytes: int | None = None
     max_tokens: int = 1024
     temperature: float = 0.7
+    repetition_penalty: float | None = None
     max_queue: int = 16
     max_batch: int = 8
     prompt_cache_bytes: int = 1 << 30
@@ -96,12 +100,17 @@ class ServerConfig:
             whitespace=self.whitespace,
             schema_in_prompt=self.schema_in_prompt,
             schema_hint_budget=self.schema_hint_budget,
-            sampling={"temperature": self.temperature},
+            sampling=self.sampling(),
             max_tokens=self.max_tokens,
             max_tokens_limit=self.max_tokens,
             speculative=self.speculative,
             loop_guard=self.loop_guard,
         )
+
+    def sampling(self) -> dict:
+        """The sampling defaults (`runtime.SamplingParams` fields) of a request that leaves them out."""
+        penalty = {} if self.repetition_penalty is None else {"repetition_penalty": self.repetition_penalty}
+        return {"temperature": self.temperature, **penalty}
 
     def keys(self) -> tuple[str, ...]:
         """Every API key the server accepts (none: no key needed)."""
@@ -110,7 +119,7 @@ class ServerConfig:
     def __post_init__(self):
         # The defaults go through the checks a request's values go through: out of range, every
         # request leaving the field out would be refused with a 400 blaming the client.
-        SamplingParams(temperature=self.temperature)
+        SamplingParams(**self.sampling())
         check_max_tokens(self.max_tokens)
         bounds = (
             ("max_queue", 0),
