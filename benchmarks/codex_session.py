@@ -5,7 +5,8 @@ so that it compacts. Prints and writes, per request: whether it was a turn or a 
 prompt tokens, those read from the prefix cache, the time to the first output item (TTFT) and the
 whole time; then turns, tool calls executed, compaction time and the prompt tokens it saved.
 
-    python -m benchmarks.codex_session [--model qwen2.5-coder-0.5b-instruct] [--compact-limit 2500] [--out FILE]
+    python -m benchmarks.codex_session [--model qwen2.5-coder-0.5b-instruct] [--compact-limit 2500]
+        [--repetition-penalty 1.15] [--[no-]loop-guard] [--out FILE]
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,7 +33,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--compact-limit", type=int, default=2500, help="Codex's model_auto_compact_token_limit")
-    parser.add_argument("--turn-timeout", type=float, default=1200)
+    parser.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.15,
+        help="the server's default (`coreai serve --repetition-penalty`; 1: none): without it the 0.5B model "
+        "runs away inside a call's arguments (a request_user_input of endless questions, a string of zeros)",
+    )
+    parser.add_argument(
+        "--loop-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="`coreai serve --loop-guard`: without it the model, at temperature 0, repeats a call after each "
+        "compaction until the turn times out",
+    )
+    parser.add_argument("--turn-timeout", type=float, default=900, help="seconds a turn may take")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "codex_session.json")
     args = parser.parse_args(argv)
 
@@ -50,7 +66,10 @@ def main(argv=None) -> int:
     model = load(args.model)
     measure: list[dict] = []
     turns = []
-    config = ServerConfig(model_name=args.model, max_tokens=1024, temperature=0.0)
+    penalty = args.repetition_penalty
+    config = ServerConfig(
+        model_name=args.model, max_tokens=1024, temperature=0.0, repetition_penalty=penalty, loop_guard=args.loop_guard
+    )
     with serve_in_thread(model, config) as base, tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         proxy = uvicorn.Server(uvicorn.Config(recording_proxy(base, None, measure), port=0, log_level="warning"))
@@ -63,17 +82,22 @@ def main(argv=None) -> int:
         files = {"hello.py": 'print("Hello, Ada!")\n'}
         for i, prompt in enumerate(PROMPTS):
             start = time.perf_counter()
-            run = codex_exec(
-                f"http://127.0.0.1:{port}",
-                args.model,
-                prompt,
-                tmp,
-                websockets=False,
-                extra_config=extra,
-                files=files if i == 0 else None,
-                timeout=args.turn_timeout,
-                resume=i > 0,
-            )
+            try:
+                run = codex_exec(
+                    f"http://127.0.0.1:{port}",
+                    args.model,
+                    prompt,
+                    tmp,
+                    websockets=False,
+                    extra_config=extra,
+                    files=files if i == 0 else None,
+                    timeout=args.turn_timeout,
+                    resume=i > 0,
+                )
+            except subprocess.TimeoutExpired:  # Codex killed: the turn did not end within --turn-timeout
+                turns.append({"prompt": prompt, "seconds": args.turn_timeout, "completed": False, "timed_out": True})
+                print(f"turn {i + 1}: timed out after {args.turn_timeout} s")
+                continue
             executed = run.items("command_execution") + run.items("file_change")
             turns.append(
                 {
@@ -93,6 +117,7 @@ def main(argv=None) -> int:
         rows.append(
             {
                 "kind": "turn" if m["tools"] else "compaction",
+                "tool_output_sent": m["tool_output"],
                 "prompt_tokens": usage.get("input_tokens"),
                 "cached_prompt_tokens": cached,
                 "ttft_s": m["ttft_s"],
@@ -109,9 +134,13 @@ def main(argv=None) -> int:
             saved.append(before - after)
     summary = {
         "model": args.model,
+        "repetition_penalty": penalty,
+        "compact_limit": args.compact_limit,
+        "loop_guard": args.loop_guard,
         "turns": turns,
         "requests": rows,
-        "tool_calls_executed": sum(t["tool_calls_executed"] for t in turns),
+        "tool_calls_executed": sum(t.get("tool_calls_executed", 0) for t in turns),
+        "tool_round_trips": sum(r["tool_output_sent"] for r in rows),  # a tool's output sent back to the model
         "compaction_seconds": [rows[i]["seconds"] for i in compactions],
         "prompt_tokens_saved_by_compaction": saved,
         "load_average": os.getloadavg()[0],

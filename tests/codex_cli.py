@@ -65,8 +65,10 @@ def config_toml(base_url: str, model: str, websockets: bool = True, extra: str =
 
 # Codex's own configuration for a short prompt (the real-model test: prefill on a CPU is slow): its
 # instructions replaced, the permissions, environment, skills, apps and collaboration sections, the
-# sub-agent, goal, plugin, image and web-search tools off; `exec_command` (a shell), `write_stdin`,
-# `request_user_input` and (from the model catalog) `apply_patch` stay.
+# sub-agent, goal, plugin, image and web-search tools off, and `request_user_input` (offered by
+# `codex exec`, which then refuses it as "not supported in exec mode"; the 0.5B model filled its
+# list of questions until the budget ended); `exec_command` (a shell), `write_stdin` and (from the
+# model catalog) `apply_patch` stay.
 SHORT = """model_instructions_file = "{instructions}"
 model_catalog_json = "{catalog}"
 web_search = "disabled"
@@ -85,6 +87,8 @@ plugins = false
 view_image = false
 tool_suggest = false
 sleep_tool = false
+[tools]
+experimental_request_user_input = {{ enabled = false }}
 """
 # What Qwen2.5 is trained with, then one line on the shell: the 0.5B model then calls exec_command.
 INSTRUCTIONS = (
@@ -184,7 +188,8 @@ def recording_proxy(upstream: str, out: Path | None, measure: list | None = None
     """An ASGI app forwarding `/v1/...` to `upstream` (the HTTP transport: run Codex with
     `websockets=False`), appending each request's path and JSON body to `out` (JSONL): the recorded
     traffic the replay test sends again (tests/data/codex/session.jsonl). measure: a list that gets,
-    per request, {"tools": bool, "seconds", "ttft_s" (to the first output item event), "usage"}."""
+    per request, {"tools": bool, "tool_output": whether it sends a tool's output back (a tool round
+    trip), "seconds", "ttft_s" (to the first output item event), "usage"}."""
     import httpx
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -199,7 +204,10 @@ def recording_proxy(upstream: str, out: Path | None, measure: list | None = None
         if out is not None:
             with out.open("a") as f:
                 f.write(json.dumps({"path": request.url.path, "body": data}) + "\n")
-        start, row = time.perf_counter(), {"tools": bool((data or {}).get("tools")), "ttft_s": None, "usage": None}
+        items = (data or {}).get("input")
+        last = items[-1].get("type", "") if isinstance(items, list) and items and isinstance(items[-1], dict) else ""
+        row = {"tools": bool((data or {}).get("tools")), "tool_output": last.endswith("call_output")}
+        start, row = time.perf_counter(), row | {"ttft_s": None, "usage": None}
         client = httpx.AsyncClient(base_url=upstream, timeout=None)
         req = client.build_request(
             request.method, request.url.path, content=body, headers={"content-type": "application/json"}
