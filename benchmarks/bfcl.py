@@ -5,7 +5,7 @@ model, both subprocesses on loopback, asked the same questions with the official
 `benchmarks.bfcl_check` (BFCL's AST rules).
 
     python -m benchmarks.bfcl [--per-category 12] [--full] [--categories simple_python,multiple,parallel]
-                              [--servers coreai,mlx_lm] [--reuse RESULTS.json]
+                              [--servers coreai,mlx_lm] [--reuse RESULTS.json] [--repetition-penalty P]
 
 `--servers coreai` runs one server only (the default runs both); `--reuse` takes the answers of the
 servers not run from an earlier results file (same model, max_tokens and questions): mlx_lm.server's
@@ -179,6 +179,11 @@ def main(argv=None) -> int:
         default="unset",
         help="parallel_tool_calls: unset (not sent: OpenAI's default allows them), on (true), off (false)",
     )
+    parser.add_argument(
+        "--repetition-penalty",
+        type=float,
+        help="coreai serve's default repetition penalty (`--repetition-penalty`; unset: none)",
+    )
     parser.add_argument("--data", type=Path, default=DATA, help="the BFCL data folder (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bfcl.json")
     parser.add_argument(
@@ -225,6 +230,7 @@ def main(argv=None) -> int:
         "dtype": "float32",
         "tool_choice": args.tool_choice,
         "parallel_tool_calls": args.parallel,
+        "repetition_penalty_coreai": args.repetition_penalty,
         "temperature": 0,
         "sample": "full" if args.full else f"{args.per_category} per category, evenly spaced",
         "commit": commit,
@@ -241,9 +247,10 @@ def main(argv=None) -> int:
 
         servers = {}
         if "coreai" in run:
-            ours = stack.enter_context(
-                _Server(CODE_COREAI, ["serve", str(folder), "--port", "{port}", "--dtype", "float32"])
-            )
+            serve = ["serve", str(folder), "--port", "{port}", "--dtype", "float32"]
+            if args.repetition_penalty is not None:
+                serve += ["--repetition-penalty", str(args.repetition_penalty)]
+            ours = stack.enter_context(_Server(CODE_COREAI, serve))
             name = httpx.get(ours.base + "/v1/models").json()["data"][0]["id"]
             client = openai.OpenAI(base_url=ours.base + "/v1", api_key="-", max_retries=0, timeout=900)
             servers["coreai"] = (client, name)
