@@ -140,7 +140,14 @@ def test_the_recorded_session_replays_on_the_tiny_model(tiny_server):
 def test_claude_code_reads_hello_py_on_the_real_model(claude, qwen_model, tmp_path):
     config = ServerConfig(model_name="qwen", aliases=("claude-*",), max_tokens=256, temperature=0.0)
     workspace = fresh_workspace(tmp_path, {"hello.py": HELLO})
-    system = f"You are a coding assistant in {workspace}. Read files with the Read tool, then answer in one sentence."
+    # Qwen's own system line, then the tool, as the Codex test says it. The prompt holds pytest's
+    # numbered tmp path, so at temperature 0 the reply still varies from run to run: "a coding
+    # assistant in DIR. Read files with the Read tool, then answer" let the model guess the answer
+    # (8 tokens, no call) in 4 runs of 4 on 2026-12-06; this line made the call in 5 of 5.
+    system = (
+        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant. You cannot see files: read "
+        f"them with the Read tool before answering. The working directory is {workspace}."
+    )
     with serve_in_thread(qwen_model, config) as base:
         run = run_claude(
             base,
