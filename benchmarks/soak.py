@@ -109,8 +109,8 @@ class Client:
             out["status"] = r.status_code
             for line in r.iter_lines():
                 if line == "data: [DONE]":
-                    out["ended"] = True
-                if not line.startswith("data: ") or line == "data: [DONE]":
+                    out["ended"] = True  # chat's last line
+                if not line.startswith("data: ") or out.get("ended"):
                     continue
                 event = json.loads(line[6:])
                 if event.get("type") in ("message_stop", "response.completed", "response.incomplete"):

@@ -37,7 +37,8 @@ class ServerConfig:
     temperature: the default sampling temperature.
     repetition_penalty: the default repetition penalty (`runtime.sampling.SamplingParams`: > 0, 1 is
         none, over the last 64 tokens), or None (none). A request's own value overrides it; llama.cpp's
-        `--repeat-penalty`. It helps a small model that loops inside a tool call's arguments.
+        `--repeat-penalty`. It helps a small model that loops inside a tool call's arguments, and costs
+        right calls where a reply repeats on purpose (parallel calls: docs/reports/bfcl.md).
     max_queue: requests allowed to wait while `max_batch` run; more get 429 (>= 0).
     max_batch: requests decoding together in one batch (continuous batching, see `runtime.batch`; >= 1).
     prompt_cache_bytes: bound of the prefix cache (KV caches of earlier prompts and replies, LRU), in
