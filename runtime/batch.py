@@ -81,7 +81,7 @@ class BatchGenerator:
     prompt_cache: an mlx-lm `LRUPromptCache` (entries LRU, bounded by bytes), or None for no reuse.
         A prompt starts from its longest cached prefix; a finished row's KV cache is stored with the
         token ids it holds (prompt and output), so a follow-up turn reuses the whole conversation.
-    prefill_step_size: prompt tokens per prefill chunk (default `default_prefill_step()`); one chunk
+    prefill_step_size: prompt tokens per prefill chunk (default `default_prefill_step(interleaved=True)`); one chunk
         runs per step, between the decode passes of the running rows.
     execute: how a step's plan is executed (default: this batch's `KVBatch.run`; a distributed
         model's leader broadcasts it first, `runtime.distributed.Leader.execute`).
@@ -101,7 +101,7 @@ class BatchGenerator:
         if max_batch < 1:
             raise InputError(f"max_batch must be >= 1, got {max_batch}")
         self.tokenizer = tokenizer
-        self.kv = KVBatch(network, max_batch, prompt_cache, prefill_step_size or default_prefill_step())
+        self.kv = KVBatch(network, max_batch, prompt_cache, prefill_step_size or default_prefill_step(interleaved=True))
         self._execute: Executor = (lambda plan: execute(self.kv, plan)) if execute is not None else self.kv.run
         self.rows: dict[int, Row] = {}  # by row id, until the row leaves
         self._plan = StepPlan()  # the next step's plan, adds so far

@@ -371,3 +371,39 @@ def test_channels_label_the_streamed_text(tiny_model):
     labels = [label for label, _ in result.parts]
     assert labels in (["old", "new"], ["old"]), result.parts  # the last token's text may be empty
     assert [label for label, _ in parts if _][:1] == ["old"]
+
+
+def test_each_delta_is_emitted_before_the_next_pass_on_the_cpu(tiny_model):
+    """On the CPU backend `mx.async_eval` returns only once most of a pass has run, so a delta must be
+    yielded before the next pass is launched, or each token (the first one's TTFT too) waits for most
+    of a pass; on Metal the pass is launched first, to overlap the caller's work."""
+    from types import SimpleNamespace
+
+    from runtime import stream_tokens
+
+    calls = []
+
+    class Counted:  # the network, counting its passes (the KV cache is made from its layers)
+        def __getattr__(self, name):
+            return getattr(tiny_model.network, name)
+
+        def __call__(self, ids, cache):
+            calls.append(ids.shape[1])
+            return tiny_model.network(ids, cache=cache)
+
+    network = Counted()
+
+    tokenizer = SimpleNamespace(eos_ids=set(), detokenizer=tiny_model.tokenizer.detokenizer)
+    prompt = tiny_model.tokenizer.encode("Hello there", add_special_tokens=False)
+    seen = []
+    for delta in stream_tokens(network, tokenizer, prompt, SamplingStrategy(), max_tokens=5):
+        seen.append((len(calls), len(delta.token_ids)))
+    on_cpu = mx.default_device() == mx.cpu
+    prefill = len(calls) - 5  # the chunks of all but the last prompt token, before the first logits
+    produced = 0
+    for passes, n in seen:
+        produced += n
+        # passes run when a delta arrives: the prefill's, then one per token produced so far, and one
+        # more (the next token's pass, already launched) on Metal unless the output is complete
+        ahead = 0 if on_cpu or produced == 5 else 1
+        assert passes == prefill + produced + ahead
