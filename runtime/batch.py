@@ -174,12 +174,15 @@ class BatchGenerator:
         """One row decodes and none waits: the only time drafts are fed."""
         return len(self.kv.active) == 1 and not self.kv.waiting
 
-    def step(self) -> list[tuple[Row, Delta]]:
+    def step(self, deliver: Callable[[list[tuple[Row, Delta]]], None] | None = None) -> list[tuple[Row, Delta]]:
         """One step of the batch: apply the last pass's logits and emit each row's text, then execute
         the step's plan (rows leave and join, the next forward pass is launched), then fill the rows'
         masks while it computes. Returns the `Delta`s of this step (a row's last one carries its
-        `GenerationResult`). A row whose strategy raises ends with finish_reason "error"; an error of
-        the forward pass itself propagates and drops every row (the batch is then empty)."""
+        `GenerationResult`). deliver: called with them before the plan executes, so they reach the
+        clients without waiting for the next pass: on the CPU backend `mx.async_eval` returns only
+        once most of the pass has run (`runtime.generate`). A row whose strategy raises ends with
+        finish_reason "error"; an error of the forward pass itself propagates (after `deliver`) and
+        drops every row (the batch is then empty)."""
         out: list[tuple[Row, Delta]] = []
         plan, self._plan = self._plan, StepPlan()
         for row in self.active:
@@ -194,10 +197,13 @@ class BatchGenerator:
             if row.seq.cancelled:
                 plan.cancel.append(row.slot.rid)
                 out.append((row, row.seq.end("cancelled")))
+        if deliver is not None:
+            deliver(out)
         try:
             logits = self._execute(plan)
         except Exception:
             self.rows = {}
+            self.kv.clear()
             raise
         for rid, _ in plan.leave:
             del self.rows[rid]

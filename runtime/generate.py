@@ -37,8 +37,9 @@ def default_prefill_step(interleaved: bool = False) -> int:
     for a prompt prefilled alone (`stream_tokens`): the best or within 3 % of the best chunk measured
     for the 0.5B model (`python -m benchmarks.prefill_chunks`, 2 cores, OpenBLAS: 78.6 -> 84.2 tok/s
     at 1,024 prompt tokens against chunks of 64; all equal at 4,096, where attention dominates),
-    about 1.4 s, so a cancel is still seen within a few seconds. interleaved: 64 for the batch (`runtime.batch`), where a chunk runs
-    between the decode steps of running rows and its time is their inter-token latency."""
+    about 1.4 s, so a cancel is still seen within a few seconds. interleaved: 64 for the batch
+    (`runtime.batch`), where a chunk runs between the decode steps of running rows and its time is
+    their inter-token latency."""
     if mx.metal.is_available():
         return 2048
     return 64 if interleaved else 128

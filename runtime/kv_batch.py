@@ -67,6 +67,10 @@ class KVBatch:
         # (sliding-window) one may have overwritten what a trim would uncover.
         self.trimmable = all(type(c) is KVCache for c in make_prompt_cache(network))
 
+    def clear(self) -> None:
+        """Drop every row, decoding or waiting (after a failed pass: their KV state is unknown)."""
+        self.active, self.waiting, self.cache = [], [], None
+
     def add(self, rid: int, prompt_ids: list[int]) -> Slot:
         """Queue a row for `prompt_ids` (non-empty), starting from its longest cached prefix."""
         cache, reused = None, 0

@@ -11,7 +11,7 @@ from mlx_lm.models.cache import LRUPromptCache
 
 import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai import ConstrainedSession
-from runtime import PromptLookup, SamplingParams, SamplingStrategy
+from runtime import GenerationResult, PromptLookup, SamplingParams, SamplingStrategy
 from runtime.batch import BatchGenerator
 
 SCHEMA = {
@@ -329,3 +329,56 @@ def test_rows_left_in_the_prefix_cache_hold_only_their_own_kv(tiny_model):
     ends = [round_of_rows(r) for r in range(1, 6)]
     assert cache.nbytes <= bound
     assert max(ends) - start <= bound, (start, ends)
+
+
+def test_a_step_delivers_its_deltas_before_the_next_pass(tiny_model):
+    """`step(deliver)` hands a step's deltas over before the plan executes: on the CPU backend
+    launching the pass takes most of it, and the clients would wait for it (`runtime.generate`)."""
+    order: list = []
+    batch = BatchGenerator(tiny_model.network, tiny_model.tokenizer, max_batch=2)
+    execute = batch._execute
+    batch._execute = lambda plan: (order.append("pass"), execute(plan))[1]
+    for i in range(2):
+        batch.add(tiny_model.prompt_ids(f"Row {i}: say something."), SamplingStrategy(), tag=i, max_tokens=4 + i)
+    while len(batch):
+        returned = batch.step(deliver=lambda out: order.append(list(out)))
+        delivered = order[-2]
+        assert order[-1] == "pass" and delivered == returned
+
+
+def test_a_failed_pass_spares_the_results_delivered_before_it(tiny_model):
+    """The engine delivers a step's results before the pass; when that pass fails (a rank lost), a
+    job whose result was delivered in the step keeps it, every other running job gets the error, and
+    the step reports them all ended."""
+    from coreai.service.engine import Engine
+    from coreai.service.job import GenerationJob
+
+    class Job:  # what the engine uses of `coreai.service.Job`: params, cancel, put
+        def __init__(self, max_tokens):
+            prompt = tiny_model.prompt_ids("Say something.")
+            self.params = GenerationJob(prompt, SamplingParams(), max_tokens=max_tokens, stop=[])
+            self.cancel = threading.Event()
+            self.items: list = []
+
+        def put(self, item):
+            self.items.append(item)
+
+    engine = Engine(tiny_model, max_batch=2, prompt_cache_bytes=0)
+    short, long = Job(2), Job(50)
+    engine.start(short)
+    engine.start(long)
+    execute = engine.batch._execute
+    lost = RuntimeError("rank 1 is gone")
+
+    def fail_once_short_ended(plan):
+        if any(isinstance(i, GenerationResult) for i in short.items):
+            raise lost
+        return execute(plan)
+
+    engine.batch._execute = fail_once_short_ended
+    ended = []
+    while not ended:
+        ended = engine.step()
+    assert set(ended) == {short, long} and len(engine) == 0
+    assert isinstance(short.items[-1], GenerationResult) and lost not in short.items
+    assert long.items[-1] is lost

@@ -119,24 +119,40 @@ class Engine:
         )
 
     def step(self) -> list[Job]:
-        """One batch step: deliver each row's `Piece` and, when it ends, its result. Returns the jobs
-        that ended. An error delivering one row (a bug) is that job's error only: the job gets the
-        exception, its row is cancelled (it leaves the batch at its next step) and the others go on."""
-        ended = []
-        for row, delta in self.batch.step():
-            job = row.tag
-            try:
-                if job not in self._failed:
-                    self._deliver(row, delta)
-            except Exception as exc:  # noqa: BLE001 - logged with its traceback, delivered to the request
-                log.exception("internal error delivering a generation")
-                job.put(exc)
-                job.cancel.set()
-                self._failed.add(job)
-            if delta.result is not None:
-                self._failed.discard(job)
-                self._generations.pop(job, None)
-                ended.append(job)
+        """One batch step: deliver each row's `Piece` and, when it ends, its result, before the next
+        forward pass is launched (`BatchGenerator.step`'s `deliver`). Returns the jobs that ended.
+        An error delivering one row (a bug) is that job's error only: the job gets the exception,
+        its row is cancelled (it leaves the batch at its next step) and the others go on. An error of
+        the forward pass (a rank lost) is the error of every job still running; a job whose result
+        was delivered in this step keeps it. Then every job of the batch has ended."""
+        ended: list[Job] = []
+        jobs = [row.tag for row in self.batch.rows.values()]
+
+        def deliver(out) -> None:
+            for row, delta in out:
+                job = row.tag
+                try:
+                    if job not in self._failed:
+                        self._deliver(row, delta)
+                except Exception as exc:  # noqa: BLE001 - logged with its traceback, delivered to the request
+                    log.exception("internal error delivering a generation")
+                    job.put(exc)
+                    job.cancel.set()
+                    self._failed.add(job)
+                if delta.result is not None:
+                    self._failed.discard(job)
+                    self._generations.pop(job, None)
+                    ended.append(job)
+
+        try:
+            self.batch.step(deliver)
+        except Exception as exc:  # noqa: BLE001 - the pass failed: every row is dropped (`BatchGenerator.step`)
+            for job in jobs:
+                if job not in ended:
+                    job.put(exc)
+            self._failed.clear()
+            self._generations.clear()
+            return jobs
         return ended
 
     def _deliver(self, row, delta) -> None:
