@@ -215,21 +215,23 @@ def recording_proxy(upstream: str, out: Path | None, measure: list | None = None
         resp = await client.send(req, stream=True)
 
         async def chunks():
-            async for chunk in resp.aiter_raw():
-                text = chunk.decode(errors="replace")
-                if row["ttft_s"] is None and "response.output_item.added" in text:
-                    row["ttft_s"] = round(time.perf_counter() - start, 3)
-                for line in text.splitlines():
-                    if line.startswith("data: ") and '"usage"' in line and '"response.' in line:
-                        try:
-                            row["usage"] = json.loads(line[6:])["response"].get("usage")
-                        except (ValueError, KeyError):
-                            pass
-                yield chunk
-            await resp.aclose()
-            await client.aclose()
-            if measure is not None:
-                measure.append(row | {"seconds": round(time.perf_counter() - start, 3)})
+            try:
+                async for chunk in resp.aiter_raw():
+                    text = chunk.decode(errors="replace")
+                    if row["ttft_s"] is None and "response.output_item.added" in text:
+                        row["ttft_s"] = round(time.perf_counter() - start, 3)
+                    for line in text.splitlines():
+                        if line.startswith("data: ") and '"usage"' in line and '"response.' in line:
+                            try:
+                                row["usage"] = json.loads(line[6:])["response"].get("usage")
+                            except (ValueError, KeyError):
+                                pass
+                    yield chunk
+            finally:  # also when Codex leaves the stream before its end: the request still counts
+                await resp.aclose()
+                await client.aclose()
+                if measure is not None:
+                    measure.append(row | {"seconds": round(time.perf_counter() - start, 3)})
 
         kind = resp.headers.get("content-type", "application/json")
         return StreamingResponse(chunks(), status_code=resp.status_code, media_type=kind)
