@@ -1,28 +1,69 @@
-"""One model on 1 rank, then on 2 ranks (tensor and pipeline parallel) under `mlx.launch` on
-loopback: greedy decode tok/s, each rank's share of the weights and its peak resident memory (issue 38).
+"""The scaling benchmark (issues 38, 49): one model on 1 rank pinned to one core, then on 2 ranks
+pinned to a core each (tensor and pipeline parallel), at batch 1 and with 4 concurrent requests;
+coreai (rank 0 leads the others with step plans, `runtime.distributed`) beside mlx-lm's own
+distributed generation (`mlx_lm.utils.sharded_load`, every rank generating) on the same pinning.
 
-    python -m benchmarks.distributed [--model qwen2.5-coder-0.5b-instruct] [--tokens 128]
+    python -m benchmarks.distributed [--tokens 48] [--delays 0 50 200] [--batches 1 4]
+                                     [--engines coreai mlx-lm] [--modes tensor pipeline]
 
-Each setting runs in fresh processes (`--rank-run`: load this rank's shard, rank 0 generates and the
-others follow), which print one `RESULT {json}` line each; the table goes to stdout and the figures
-with the machine's load average to benchmarks/results/distributed.json.
+Pinning: every rank runs under `taskset -c <core>` with one BLAS thread (OPENBLAS/MKL/OMP_NUM_THREADS
+=1), so 1 rank on one core is the baseline and 2 ranks on two cores is what a second machine adds.
+The link: each rank of 2 runs in its own network namespace (`ip netns exec`), the two joined by a veth
+pair on which `tc netem` delays every packet by 0, 50 or 200 us each way (a Thunderbolt-like and an
+Ethernet-like hop). The ranks are started as `mlx.launch` starts them for the ring backend
+(`MLX_RANK`, `MLX_HOSTFILE`). Namespaces need root (CAP_NET_ADMIN): without it the 2-rank runs go
+over loopback and only delay 0 runs.
+
+Per setting, rank 0's figures over the decode steps (every row has its first token):
+    decode tok/s   tokens of all rows after that point / the time they took
+    step           median wall time of one decode step (ms)
+    pass           median forward pass, evaluated, collectives included (coreai only; mlx-lm's
+                   step is not split: its pass is the step)
+    plan           median broadcast of the step's plan to the other ranks (coreai, 2 ranks)
+    host           step - pass - plan: sampling, detokenizing, building the plan (coreai)
+    collectives    the same collectives as one decode step alone, timed apart in the same processes
+                   after the run: 2 all-reduces per layer (tensor); the stage hand-off and the final
+                   all_gather (pipeline); median of 20
+and per rank its share of the weights as loaded and its peak resident memory (MiB). Prints the table;
+writes JSON with the load average before and after to benchmarks/results/distributed.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import random
 import re
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import runtime  # noqa: F401 - first: the fast BLAS before mlx.core loads (runtime.blas), in every rank
 
 RESULTS = Path(__file__).parent / "results" / "distributed.json"
-PROMPT = "Write a long, detailed story about a lighthouse keeper and a storm."
-SETTINGS = {"1 rank": (1, []), "2 ranks, tensor": (2, []), "2 ranks, pipeline": (2, ["--pipeline"])}
+ROOT = Path(__file__).resolve().parent.parent
+SUBJECTS = (
+    "a lighthouse keeper and a storm",
+    "a clockmaker and a stolen key",
+    "a cartographer lost at sea",
+    "a baker who speaks to birds",
+)
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+NETNS = ("coreai-bench-0", "coreai-bench-1")
+ADDRESSES = ("10.231.0.1", "10.231.0.2")
+VETH = ("cbveth0", "cbveth1")
+
+
+def prompts(batch: int) -> list[str]:
+    return [f"Write a long, detailed story about {s}." for s in SUBJECTS[:batch]]
 
 
 def peak_rss_mib() -> float:
@@ -31,70 +72,422 @@ def peak_rss_mib() -> float:
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
-def rank_run(model_name: str, tokens: int, pipeline: bool) -> int:
-    """One rank of a setting: load (this rank's shard), generate on rank 0, follow on the others;
-    print this rank's RESULT line."""
-    from mlx.utils import tree_flatten
+def median_ms(values: list[float]) -> float:
+    return round(1000 * statistics.median(values), 2) if values else 0.0
+
+
+# ---- inside one rank -------------------------------------------------------------------------------
+
+
+def collectives_ms(group, mode: str, rows: int, hidden: int, layers: int, repeats: int = 20) -> float:
+    """Median time (ms) of one decode step's collectives alone, on rows x 1 x hidden float32 activations:
+    tensor, the 2 all-reduces of each layer (attention and MLP outputs, mlx-lm's `shard`); pipeline,
+    the hand-off from each stage to the next and the final all_gather (mlx-lm's `pipeline`). Every rank
+    must call it with the same arguments."""
+    import mlx.core as mx
+
+    rank, size = group.rank(), group.size()
+    x = mx.zeros((rows, 1, hidden), mx.float32)
+    mx.eval(mx.distributed.all_sum(x, group=group))  # line the ranks up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        h = x
+        if mode == "tensor":
+            for _ in range(2 * layers):
+                h = mx.distributed.all_sum(h, group=group)
+        else:
+            if rank < size - 1:
+                h = mx.distributed.recv_like(h, rank + 1, group=group)
+            if rank != 0:
+                h = mx.distributed.send(h, rank - 1, group=group)
+            h = mx.distributed.all_gather(h, group=group)
+        mx.eval(h)
+        times.append(time.perf_counter() - start)
+    return median_ms(times)
+
+
+def _decode_window(events: list[tuple[float, list[int]]], rows: int) -> tuple[float, int, int]:
+    """(start time, first event index, tokens) of the decode window: from the event at which every row
+    has its first token to the last event. events: (time, tokens per row emitted at that time)."""
+    seen = [0] * rows
+    for i, (t, counts) in enumerate(events):
+        seen = [a + b for a, b in zip(seen, counts, strict=True)]
+        if all(seen):
+            tokens = sum(sum(c) for _, c in events[i + 1 :])
+            return t, i, tokens
+    raise RuntimeError("a row produced no token")
+
+
+def _figures(runs: list[tuple[list, list | None]], rows: int) -> dict:
+    """Rank 0's figures over repeated runs. runs: (events, splits) per run; events as `_decode_window`
+    takes them; splits: per event (step, pass, plan) in seconds, or None where only the step is known
+    (mlx-lm). Returns tokens (per run), decode_tps (the median run's) and decode_tps_runs, and the
+    step split in ms, medians over the decode steps of every run."""
+    rates, steps, passes = [], [], []
+    for events, splits in runs:
+        start, i, n = _decode_window(events, rows)
+        rates.append(n / (events[-1][0] - start))
+        if splits is None:
+            steps += [b[0] - a[0] for a, b in zip(events[i:], events[i + 1 :], strict=False)]
+        else:
+            decode = splits[i + 1 : -1]  # the last step runs no pass (every row has ended)
+            steps += [s for s, _, _ in decode]
+            passes += [(p - q, q, s - p) for s, p, q in decode]
+    out = dict(
+        tokens=n,
+        decode_tps=round(statistics.median(rates), 3),
+        decode_tps_runs=[round(r, 3) for r in rates],
+        step_ms=median_ms(steps),
+    )
+    if passes:
+        out.update({k: median_ms([p[j] for p in passes]) for j, k in enumerate(("pass_ms", "plan_ms", "host_ms"))})
+    return out
+
+
+def coreai_rank(model_name: str, batch: int, tokens: int, mode: str | None, repeats: int = 1) -> dict:
+    """One rank of coreai: load this rank's shard; rank 0 runs `batch` requests through the batch
+    (`runtime.batch.BatchGenerator`, the server's engine), the others follow its plans."""
+    from types import SimpleNamespace
+
+    import mlx.core as mx
 
     import coreai
+    from runtime.batch import BatchGenerator
     from runtime.distributed import follow, join
+    from runtime.sampling import SamplingStrategy
 
-    cluster = join(pipeline)
+    cluster = join(mode == "pipeline")
     t0 = time.perf_counter()
     model = coreai.load(model_name, cluster=cluster)
     row: dict = {"rank": 0 if cluster is None else cluster.rank, "load_s": round(time.perf_counter() - t0, 2)}
-    weights = sum(v.nbytes for _, v in tree_flatten(model.network.parameters()))
-    row["weights_mib"] = round(weights / 2**20)  # this rank's share of the weights, as loaded (float32 on a CPU)
+    row["weights_mib"] = _weights_mib(model.network)
     if cluster is not None and cluster.rank != 0:
         follow(model.network, cluster)
     else:
-        model.generate(PROMPT, max_tokens=8)  # warm-up: first-call costs out of the figures
-        result = model.generate(PROMPT, max_tokens=tokens)
-        if model.leader is not None:
-            model.leader.close()
-        row.update(tokens=result.usage.completion_tokens, decode_tps=round(result.timings.decode_tps, 2))
+        leader = model.leader
+        clock = {"plan": 0.0, "pass": 0.0}
+        if leader is not None:
+            send = leader._channel.send
+
+            def timed_send(message: dict) -> None:
+                start = time.perf_counter()
+                send(message)
+                clock["plan"] += time.perf_counter() - start
+
+            leader._channel.send = timed_send  # type: ignore[method-assign]
+
+        def execute(kv, plan):
+            start = time.perf_counter()
+            if leader is not None:
+                logits = leader.execute(kv, plan)  # broadcast, pass, evaluated
+            else:  # evaluated here too, so the pass is timed alike on 1 rank
+                logits = kv.run(plan)
+                mx.eval(list(logits.values()))
+            clock["pass"] += time.perf_counter() - start
+            return logits
+
+        # no EOS: every row decodes exactly `tokens` tokens, as in mlx-lm's run
+        tokenizer = SimpleNamespace(eos_ids=set(), detokenizer=model.tokenizer.detokenizer, hf=model.tokenizer.hf)
+        ids = [model.prompt_ids(p) for p in prompts(batch)]
+
+        def run(max_tokens: int) -> tuple[list, list]:
+            gen = BatchGenerator(model.network, tokenizer, max_batch=batch, execute=execute)
+            handles = [gen.add(p, SamplingStrategy(), max_tokens=max_tokens) for p in ids]
+            events, splits = [], []
+            while len(gen):
+                before, start = dict(clock), time.perf_counter()
+                out = gen.step()
+                now = time.perf_counter()
+                counts = [0] * batch
+                for r, delta in out:
+                    counts[handles.index(r)] += len(delta.token_ids)
+                events.append((now, counts))
+                splits.append((now - start, clock["pass"] - before["pass"], clock["plan"] - before["plan"]))
+            return events, splits
+
+        run(4)  # warm-up: first-call costs out of the figures
+        row.update(_figures([run(tokens) for _ in range(repeats)], batch))
+        if leader is not None:
+            leader.close()
+    if cluster is not None:
+        row["collectives_ms"] = collectives_ms(cluster.group, cluster.mode, batch, *_shape(model.config))
     row["peak_rss_mib"] = round(peak_rss_mib())
-    print("RESULT " + json.dumps(row), flush=True)
-    return 0
+    return row
 
 
-def run_setting(model_name: str, tokens: int, ranks: int, flags: list[str]) -> list[dict]:
-    """The RESULT rows of one setting, by rank."""
-    args = ["-m", "benchmarks.distributed", "--rank-run", "--model", model_name, "--tokens", str(tokens), *flags]
-    if ranks == 1:
-        cmd = [sys.executable, *args]
+def mlx_lm_rank(model_name: str, batch: int, tokens: int, mode: str | None, repeats: int = 1) -> dict:
+    """One rank of mlx-lm's own distributed generation: `sharded_load` (tensor or pipeline group),
+    then every rank runs the same generation (`stream_generate` at batch 1, its `BatchGenerator`
+    otherwise), greedy, no EOS."""
+    import mlx.core as mx
+    from mlx_lm import load, stream_generate
+    from mlx_lm.generate import BatchGenerator
+    from mlx_lm.utils import sharded_load
+
+    from coreai.api import resolve
+    from runtime.model import default_dtype
+
+    path = str(resolve(model_name))
+    group = mx.distributed.init() if mode else None
+    t0 = time.perf_counter()
+    if group is None:
+        loaded = load(path)
     else:
-        launch = str(Path(sys.executable).parent / "mlx.launch")
-        cmd = [launch, "--python", sys.executable, "--hosts", "127.0.0.1", "-n", str(ranks), "--", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
-    rows = [json.loads(m) for m in re.findall(r"^RESULT (.*)$", done.stdout, re.M)]
+        loaded = sharded_load(
+            path,
+            pipeline_group=group if mode == "pipeline" else None,
+            tensor_group=group if mode == "tensor" else None,
+        )
+    network, tokenizer = loaded[0], loaded[1]
+    if default_dtype() == "float32":  # as coreai loads it on the CPU: MLX's float16 matmuls skip BLAS
+        network.set_dtype(mx.float32, lambda d: mx.issubdtype(d, mx.floating))
+        mx.eval(network.parameters())
+    row: dict = {"rank": 0 if group is None else group.rank(), "load_s": round(time.perf_counter() - t0, 2)}
+    row["weights_mib"] = _weights_mib(network)
+    tokenizer.eos_token_ids = set()
+    ids = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+        for p in prompts(batch)
+    ]
+
+    def run(max_tokens: int) -> list:
+        events = []
+        if batch == 1:
+            for _ in stream_generate(network, tokenizer, ids[0], max_tokens=max_tokens):
+                events.append((time.perf_counter(), [1]))
+            return events
+        gen = BatchGenerator(network, max_tokens=max_tokens)
+        uids = gen.insert(ids)
+        live = set(uids)
+        while live:
+            out = gen.next_generated()
+            counts = [0] * batch
+            for r in out:
+                counts[uids.index(r.uid)] += 1
+                if r.finish_reason is not None:
+                    live.discard(r.uid)
+            events.append((time.perf_counter(), counts))
+        gen.close()
+        return events
+
+    run(4)
+    row.update(_figures([(run(tokens), None) for _ in range(repeats)], batch))
+    if group is not None:
+        row["collectives_ms"] = collectives_ms(group, mode or "tensor", batch, *_shape(_config(path)))
+    row["peak_rss_mib"] = round(peak_rss_mib())
+    return row
+
+
+def _weights_mib(network) -> int:
+    """This rank's share of the weights as loaded (float32 on a CPU), MiB."""
+    from mlx.utils import tree_flatten
+
+    leaves: Any = tree_flatten(network.parameters())
+    return round(sum(v.nbytes for _, v in leaves) / 2**20)
+
+
+def _config(path: str) -> dict:
+    return json.loads((Path(path) / "config.json").read_text())
+
+
+def _shape(config: dict) -> tuple[int, int]:
+    text = config.get("text_config", config)
+    return text["hidden_size"], text["num_hidden_layers"]
+
+
+# ---- the harness -----------------------------------------------------------------------------------
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+class Link:
+    """Two network namespaces joined by a veth pair (`NETNS`, `ADDRESSES`). `delay(us)` sets the one-way
+    delay: tc netem on both ends where the kernel has it, else `link_delay.c` preloaded into the ranks
+    (this project's Linux machines lack sch_netem). Needs root; `close()` deletes the namespaces (and
+    the pair)."""
+
+    def __init__(self):
+        self.close()  # a run killed earlier may have left them
+        _ip("link", "add", VETH[0], "type", "veth", "peer", "name", VETH[1])
+        for ns, dev, address in zip(NETNS, VETH, ADDRESSES, strict=True):
+            _ip("netns", "add", ns)
+            _ip("link", "set", dev, "netns", ns)
+            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        self._workdir = tempfile.TemporaryDirectory(prefix="coreai-link-")
+        self.method = "none"
+
+    def delay(self, us: int) -> dict[str, str]:
+        """Delay each packet (each send) by `us` microseconds one way; returns the environment the ranks
+        need for it (empty with netem). Raises CalledProcessError when the shim does not compile."""
+        for ns, dev in zip(NETNS, VETH, strict=True):
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
+        self.method = "none"
+        if not us:
+            return {}
+        netem = [
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", f"{us}us"],
+                capture_output=True,
+            )
+            for ns, dev in zip(NETNS, VETH, strict=True)
+        ]
+        if all(done.returncode == 0 for done in netem):
+            self.method = "tc netem"
+            return {}
+        shim = Path(self._workdir.name) / "link_delay.so"
+        if not shim.exists():
+            source = Path(__file__).with_name("link_delay.c")
+            subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"], check=True)
+        self.method = "send() delay shim (no netem in this kernel)"
+        return {"LD_PRELOAD": str(shim), "COREAI_LINK_DELAY_US": str(us)}
+
+    def close(self) -> None:
+        for ns in NETNS:
+            _ip("netns", "del", ns, check=False)
+        if hasattr(self, "_workdir"):
+            self._workdir.cleanup()
+
+
+def can_make_link() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+
+
+def run_setting(
+    engine: str,
+    model: str,
+    batch: int,
+    tokens: int,
+    mode: str | None,
+    link: Link | None,
+    delay: dict | None = None,
+    repeats: int = 1,
+) -> list[dict]:
+    """The RESULT rows of one setting by rank: 1 rank on core 0 (mode None), or 2 ranks on cores 0
+    and 1, in the link's namespaces when there is one (else loopback). delay: the environment
+    `Link.delay` asked for."""
+    flags = ["--rank-run", engine, "--model", model, "--batch", str(batch), "--tokens", str(tokens)]
+    flags += ["--repeats", str(repeats)]
+    if mode:
+        flags += ["--mode", mode]
+    base = [sys.executable, "-m", "benchmarks.distributed", *flags]
+    env = {**os.environ, **ONE_THREAD, **(delay or {})}
+    env.pop("MLX_HOSTFILE", None)
+    env.pop("MLX_RANK", None)
+    ranks = 2 if mode else 1
+    with contextlib.ExitStack() as stack:
+        if mode:
+            port = random.randint(20000, 40000)
+            hosts = [f"{link and ADDRESSES[r] or '127.0.0.1'}:{port + r}" for r in range(ranks)]
+            hostfile = stack.enter_context(tempfile.NamedTemporaryFile("w", suffix=".json"))
+            json.dump([[h] for h in hosts], hostfile)
+            hostfile.flush()
+            env["MLX_HOSTFILE"] = hostfile.name
+        procs = []
+        for r in range(ranks):
+            cmd = ["taskset", "-c", str(r), *base]
+            if mode and link is not None:
+                cmd = ["ip", "netns", "exec", NETNS[r], *cmd]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    cwd=ROOT,
+                    env={**env, "MLX_RANK": str(r)},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        outputs = []
+        try:
+            for p in procs:
+                outputs.append(p.communicate(timeout=1800))
+        finally:
+            for p in procs:
+                p.kill()
+    rows = [json.loads(m) for out, _ in outputs for m in re.findall(r"^RESULT (.*)$", out, re.M)]
     if len(rows) != ranks:
-        raise RuntimeError(f"{len(rows)} of {ranks} ranks reported:\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"{len(rows)} of {ranks} ranks reported:\n" + "\n".join(err[-2000:] for _, err in outputs))
     return sorted(rows, key=lambda r: r["rank"])
+
+
+def table_line(engine, setting, delay, batch, rows, baseline) -> str:
+    r0 = rows[0]
+    ratio = r0["decode_tps"] / baseline if baseline else 0.0
+    coll = r0.get("collectives_ms", 0.0)
+    compute = r0.get("pass_ms", r0["step_ms"]) - coll
+    rss = "/".join(str(r["peak_rss_mib"]) for r in rows)
+    return (
+        f"{engine:7s} {setting:9s} {delay:>6s} {batch:5d} {r0['decode_tps']:9.2f} {ratio:6.2f}x "
+        f"{r0['step_ms']:8.1f} {r0.get('pass_ms', 0):8.1f} {compute:8.1f} {coll:6.1f} {r0.get('plan_ms', 0):6.2f} "
+        f"{r0.get('host_ms', 0):6.2f}  {rss}"
+    )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--pipeline", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--rank-run", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tokens", type=int, default=32, help="tokens each request decodes")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per setting, in the same processes")
+    parser.add_argument("--delays", type=int, nargs="+", default=[0, 50, 200], help="one-way link delays, us")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4], choices=[1, 2, 3, 4])
+    parser.add_argument("--engines", nargs="+", default=["coreai", "mlx-lm"], choices=["coreai", "mlx-lm"])
+    parser.add_argument("--modes", nargs="+", default=["tensor", "pipeline"], choices=["tensor", "pipeline"])
+    parser.add_argument("--rank-run", choices=["coreai", "mlx-lm"], help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=["tensor", "pipeline"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.rank_run:
-        return rank_run(args.model, args.tokens, args.pipeline)
+        rank = coreai_rank if args.rank_run == "coreai" else mlx_lm_rank
+        print("RESULT " + json.dumps(rank(args.model, args.batch, args.tokens, args.mode, args.repeats)), flush=True)
+        return 0
     from coreai.api import resolve
 
     resolve(args.model)  # a registry model is exported once, before any timed process
-    report: dict = {"model": args.model, "tokens": args.tokens, "load_average": os.getloadavg(), "settings": {}}
-    print(f"{'setting':20s} {'decode tok/s':>12s}   weights per rank (MiB)   peak RSS per rank (MiB)   load (s)")
-    for name, (ranks, flags) in SETTINGS.items():
-        rows = run_setting(args.model, args.tokens, ranks, flags)
-        report["settings"][name] = rows
-        rss = ", ".join(str(r["peak_rss_mib"]) for r in rows)
-        load = ", ".join(str(r["load_s"]) for r in rows)
-        weights = ", ".join(str(r["weights_mib"]) for r in rows)
-        print(f"{name:20s} {rows[0]['decode_tps']:12.1f}   {weights:23s}  {rss:24s}  {load}", flush=True)
+    delays = args.delays if can_make_link() else [0]
+    if delays != args.delays:
+        print("not root (or no ip/tc): the 2-rank runs go over loopback, with no added delay", file=sys.stderr)
+    report: dict = {
+        "model": args.model,
+        "tokens_per_request": args.tokens,
+        "pinning": "taskset: rank r on core r; OPENBLAS/MKL/OMP_NUM_THREADS=1",
+        "link": "veth between two network namespaces, tc netem delay each way" if can_make_link() else "loopback",
+        "load_average": os.getloadavg(),
+        "runs": [],
+    }
+    print(
+        "engine  setting   delay  batch  decode/s  vs 1r   step ms  pass ms  compute  coll  plan   host   peak RSS MiB"
+    )
+    with contextlib.closing(Link()) if can_make_link() else contextlib.nullcontext() as link:
+        for engine in args.engines:
+            for batch in args.batches:
+                rows = run_setting(engine, args.model, batch, args.tokens, None, None, None, args.repeats)
+                baseline = rows[0]["decode_tps"]
+                report["runs"].append(
+                    {"engine": engine, "setting": "1 rank", "delay_us": 0, "batch": batch, "ranks": rows}
+                )
+                print(table_line(engine, "1 rank", "-", batch, rows, baseline), flush=True)
+                for mode in args.modes:
+                    for us in delays:
+                        delay = link.delay(us) if link is not None else {}
+                        rows = run_setting(engine, args.model, batch, args.tokens, mode, link, delay, args.repeats)
+                        how = link.method if link is not None else "loopback"
+                        report["runs"].append(
+                            {
+                                "engine": engine,
+                                "setting": mode,
+                                "delay_us": us,
+                                "delay_by": how,
+                                "batch": batch,
+                                "ranks": rows,
+                            }
+                        )
+                        print(table_line(engine, mode, f"{us}us", batch, rows, baseline), flush=True)
     report["load_average_after"] = os.getloadavg()
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"load average (1, 5, 15 min) before {report['load_average']}, after {report['load_average_after']}")

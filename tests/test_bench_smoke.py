@@ -151,3 +151,64 @@ def test_speculative_step_split_tiny(tiny_model):
     assert all(p["seconds"] >= 0 for p in split["parts"].values()) and split["parts"]["forward"]["seconds"] > 0
     split.update(case="city", loadavg=(0.0, 0.0, 0.0))
     assert "| forward |" in split_markdown(split, machine())
+
+
+def test_distributed_bench_decode_window_starts_when_every_row_has_a_token():
+    """The decode window opens at the event where the last row gets its first token; only the tokens
+    after it count (here rows 0 and 1 start at events 0 and 1, then 2 + 1 tokens follow)."""
+    from benchmarks.distributed import _decode_window
+
+    events = [(1.0, [1, 0]), (2.0, [1, 1]), (3.0, [1, 1]), (4.0, [0, 1])]
+    assert _decode_window(events, 2) == (2.0, 1, 3)
+    with pytest.raises(RuntimeError, match="no token"):
+        _decode_window([(1.0, [1, 0])], 2)
+
+
+def test_link_delay_shim_holds_each_send(tmp_path):
+    """benchmarks/link_delay.c, preloaded, holds every send() for COREAI_LINK_DELAY_US before it goes
+    (a lower bound, which the shim guarantees), and the bytes arrive unchanged."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    shim = tmp_path / "link_delay.so"
+    source = Path(__file__).parent.parent / "benchmarks" / "link_delay.c"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"], check=True)
+    script = (
+        "import socket, time\n"
+        "a, b = socket.socketpair()\n"
+        "t = time.perf_counter(); a.send(b'plan'); a.send(b'step'); took = time.perf_counter() - t\n"
+        "print(took, b.recv(8).decode())\n"
+    )
+    env = {"LD_PRELOAD": str(shim), "COREAI_LINK_DELAY_US": "3000", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    took, data = out.split()
+    assert float(took) >= 2 * 0.003 and data == "planstep"
+
+
+def test_distributed_bench_runs_both_engines_on_real_ranks(tmp_path, tiny_model_dir):
+    """`python -m benchmarks.distributed` on the tiny model: 1 rank and 2 tensor-parallel ranks (real
+    processes pinned to a core each; in network namespaces with a 50 us link delay when root), coreai
+    and mlx-lm, 2 concurrent requests of 4 tokens: every rank reports, both engines decode the same
+    tokens, and the delayed link shows in the collectives (not how fast)."""
+    from benchmarks.distributed import can_make_link, main
+
+    out = tmp_path / "distributed.json"
+    main(["--model", str(tiny_model_dir), "--tokens", "4", "--batches", "2", "--modes", "tensor", "--delays", "50",
+          "--out", str(out)])  # fmt: skip
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["engine"], r["setting"]) for r in runs] == [
+        ("coreai", "1 rank"), ("coreai", "tensor"), ("mlx-lm", "1 rank"), ("mlx-lm", "tensor")
+    ]  # fmt: skip
+    for run in runs:
+        ranks = run["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(len(ranks)))
+        assert ranks[0]["tokens"] == 2 * 3 and ranks[0]["decode_tps"] > 0  # 2 rows x 3 tokens after the first
+        if run["setting"] == "tensor":
+            assert len(ranks) == 2 and all(r["peak_rss_mib"] > 0 for r in ranks)
+            # 2 layers x 2 all-reduces, each waiting >= 50 us for the other rank's data
+            assert run["delay_us"] == (50 if can_make_link() else 0)
+            assert ranks[0]["collectives_ms"] >= (4 * 0.05 if can_make_link() else 0)
