@@ -1,4 +1,5 @@
-"""One model across several ranks on MLX distributed (`mlx.launch`): sharding at load, and rank 0
+"""One model across several ranks on MLX distributed (`mlx.launch`): sharding at load (mlx-lm's
+`shard` or `pipeline`, plus the output head split by vocabulary rows, `split_head`), and rank 0
 leading the others through the batch's step plans.
 
 Rank 0 owns everything but its shard of the network: requests, scheduling, the prefix cache's
@@ -22,6 +23,7 @@ ending the process with exit code `EXIT_LOST`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import sys
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import LRUPromptCache
 
@@ -93,6 +96,7 @@ def shard(network, config: dict, cluster: Cluster) -> None:
         if layers < n:
             raise InputError(f"{kind}: {layers} layers cannot make a pipeline of {n} ranks")
         inner.pipeline(cluster.group)
+        split_head(network, cluster.group)
         return
     if not hasattr(network, "shard"):
         raise InputError(f"{kind}: mlx-lm cannot split this architecture for tensor parallel; try --pipeline")
@@ -104,6 +108,59 @@ def shard(network, config: dict, cluster: Cluster) -> None:
                 "evenly; use a rank count that divides it, or --pipeline"
             )
     network.shard(cluster.group)
+    split_head(network, cluster.group)
+
+
+class VocabSplit(nn.Module):
+    """This rank's rows of an output projection (`head`, called as its `method`): the logits of
+    vocabulary rows `rows` = [start, stop), then one all_gather joins every rank's into [..., vocab].
+    The rows are sliced at each call, so they are views of the head's current parameters (cast after
+    the split, `runtime.model.load_model`). Quantized heads split alike: weight, scales and biases are
+    all by row."""
+
+    def __init__(self, head: nn.Module, method: str, rows: tuple[int, int], group: mx.distributed.Group):
+        super().__init__()
+        self.head = head
+        self.method, self.rows, self.group = method, rows, group
+
+    def __call__(self, x: mx.array) -> mx.array:
+        start, stop = self.rows
+        part = copy.copy(self.head)  # a shallow copy: its parameters replaced by this rank's rows
+        for key in ("weight", "scales", "biases", "bias"):
+            if key in self.head:
+                part[key] = self.head[key][start:stop]
+        logits = getattr(type(part), self.method)(part, x)  # [..., stop - start]
+        *lead, width = logits.shape
+        ranks = self.group.size()
+        gathered = mx.distributed.all_gather(logits.reshape(-1, width), group=self.group)  # [ranks * n, width]
+        return gathered.reshape(ranks, -1, width).transpose(1, 0, 2).reshape(*lead, ranks * width)
+
+
+def split_head(network, group: mx.distributed.Group) -> VocabSplit | None:
+    """Split the output projection across the ranks by vocabulary rows (vLLM's ParallelLMHead): each
+    rank computes vocab / N logits, an all_gather joins them. mlx-lm's `shard` and `pipeline` leave it
+    whole on every rank, where it is 27 % of the 0.5B model's weights, read by every rank at every
+    token. The input embedding stays whole (a lookup may want any row), so a tied head splits only
+    its use as the output projection (`as_linear`). Returns the split (installed in `network`), or
+    None, leaving the head whole, when the vocabulary does not divide by the ranks or the
+    architecture's head is not `lm_head` or a tied `model.embed_tokens`."""
+    head, method = network.get("lm_head"), "__call__"
+    if not isinstance(head, nn.Module):
+        inner = network.get("model")
+        head = inner.get("embed_tokens") if isinstance(inner, nn.Module) else None
+        method = "as_linear"
+        if not isinstance(head, nn.Module) or not hasattr(head, "as_linear"):
+            return None
+    vocab, ranks = head["weight"].shape[0], group.size()
+    if vocab % ranks:
+        return None
+    size = vocab // ranks
+    split = VocabSplit(head, method, (group.rank() * size, (group.rank() + 1) * size), group)
+    if method == "__call__":
+        network["lm_head"] = split
+    else:  # the instance attribute shadows the class's as_linear; outside the parameter tree
+        object.__setattr__(head, "as_linear", split)
+    return split
 
 
 def prefix_cache_agrees(cluster: Cluster, config: dict) -> bool:

@@ -183,9 +183,10 @@ def _write_tiny_network(folder: Path, model_type: str, **extra) -> None:
     quiet = [i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special] + list(
         range(vocabulary, config["vocab_size"])
     )
-    head = weights["lm_head.weight"] * 6.0  # logits spread over a few units, as a trained model's
-    head[mx.array(quiet)] = 0.0
-    weights["lm_head.weight"] = head
+    if "lm_head.weight" in weights:  # a tied head (tie_word_embeddings=True) is the embedding as it is
+        head = weights["lm_head.weight"] * 6.0  # logits spread over a few units, as a trained model's
+        head[mx.array(quiet)] = 0.0
+        weights["lm_head.weight"] = head
     mx.save_safetensors(str(folder / "model.safetensors"), weights)
     (folder / "config.json").write_text(json.dumps(config))
 

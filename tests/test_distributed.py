@@ -228,6 +228,28 @@ def test_generate_matches_one_process(tiny_model_dir, capsys):
     assert "exited with code" not in err  # mlx.launch reports a rank that failed
 
 
+def test_the_output_head_is_split_by_vocabulary_rows(
+    tiny_model_dir, tmp_path, write_tiny_tokenizer, write_tiny_network
+):
+    """On 2 ranks, tensor and pipeline, each rank computes the logits of its half of the vocabulary
+    (an untied `lm_head`, and a head tied to the embeddings), and the gathered logits are the one
+    process's (`runtime.distributed.split_head`)."""
+    tied = tmp_path / "tied"
+    tied.mkdir()
+    write_tiny_tokenizer(tied)
+    write_tiny_network(tied, "qwen2", tie_word_embeddings=True)
+    cmd = [LAUNCH, "--python", sys.executable, "--hosts", "127.0.0.1", "-n", "2", "--starting-port"]
+    cmd += [str(_free_ports(2)), "--", "-m", "tests.distributed_head", str(tiny_model_dir), str(tied)]
+    done = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=START_TIMEOUT)
+    checks = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("HEAD ")]
+    assert len(checks) == 2 * 2 * 2, done.stderr[-3000:]  # ranks x modes x folders
+    vocab = json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"]
+    for rank, mode, folder, start, stop, diff in checks:
+        half = vocab // 2
+        assert (int(start), int(stop)) == (int(rank) * half, (int(rank) + 1) * half), (mode, folder)
+        assert float(diff) < 1e-4, (rank, mode, folder, diff)
+
+
 def test_a_model_that_cannot_split_is_refused(tiny_model_dir):
     """The tiny model's 4 heads do not split across 3 ranks: every rank says so and ends, before any
     collective (the pipeline's check, fewer layers than ranks, is the same path)."""
