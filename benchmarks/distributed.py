@@ -23,7 +23,9 @@ Per setting, rank 0's figures over the decode steps (every row has its first tok
     host           step - pass - plan: sampling, detokenizing, building the plan (coreai)
     collectives    the same collectives as one decode step alone, timed apart in the same processes
                    after the run: 2 all-reduces per layer (tensor); the stage hand-off and the final
-                   all_gather (pipeline); median of 20
+                   all_gather (pipeline); and coreai's gather of the split output head's logits;
+                   median of 20
+    compute        pass - collectives (mlx-lm: step - collectives)
 and per rank its share of the weights as loaded and its peak resident memory (MiB). Prints the table;
 writes JSON with the load average before and after to benchmarks/results/distributed.json.
 """
@@ -79,11 +81,14 @@ def median_ms(values: list[float]) -> float:
 # ---- inside one rank -------------------------------------------------------------------------------
 
 
-def collectives_ms(group, mode: str, rows: int, hidden: int, layers: int, repeats: int = 20) -> float:
+def collectives_ms(
+    group, mode: str, rows: int, hidden: int, layers: int, head_width: int = 0, repeats: int = 20
+) -> float:
     """Median time (ms) of one decode step's collectives alone, on rows x 1 x hidden float32 activations:
     tensor, the 2 all-reduces of each layer (attention and MLP outputs, mlx-lm's `shard`); pipeline,
-    the hand-off from each stage to the next and the final all_gather (mlx-lm's `pipeline`). Every rank
-    must call it with the same arguments."""
+    the hand-off from each stage to the next and the final all_gather (mlx-lm's `pipeline`); then,
+    with `head_width` (a split output head's rows per rank, `runtime.distributed.split_head`), the
+    all_gather of rows x head_width logits. Every rank must call it with the same arguments."""
     import mlx.core as mx
 
     rank, size = group.rank(), group.size()
@@ -102,6 +107,8 @@ def collectives_ms(group, mode: str, rows: int, hidden: int, layers: int, repeat
             if rank != 0:
                 h = mx.distributed.send(h, rank - 1, group=group)
             h = mx.distributed.all_gather(h, group=group)
+        if head_width:
+            h = mx.distributed.all_gather(mx.zeros((rows, head_width)) + h.sum(), group=group)
         mx.eval(h)
         times.append(time.perf_counter() - start)
     return median_ms(times)
@@ -154,7 +161,7 @@ def coreai_rank(model_name: str, batch: int, tokens: int, mode: str | None, repe
 
     import coreai
     from runtime.batch import BatchGenerator
-    from runtime.distributed import follow, join
+    from runtime.distributed import follow, head_split, join
     from runtime.sampling import SamplingStrategy
 
     cluster = join(mode == "pipeline")
@@ -211,7 +218,9 @@ def coreai_rank(model_name: str, batch: int, tokens: int, mode: str | None, repe
         if leader is not None:
             leader.close()
     if cluster is not None:
-        row["collectives_ms"] = collectives_ms(cluster.group, cluster.mode, batch, *_shape(model.config))
+        split = head_split(model.network)
+        width = split.rows[1] - split.rows[0] if split is not None else 0
+        row["collectives_ms"] = collectives_ms(cluster.group, cluster.mode, batch, *_shape(model.config), width)
     row["peak_rss_mib"] = round(peak_rss_mib())
     return row
 

@@ -163,6 +163,17 @@ def split_head(network, group: mx.distributed.Group) -> VocabSplit | None:
     return split
 
 
+def head_split(network) -> VocabSplit | None:
+    """The output head's split that `split_head` installed in `network`, or None (a whole head)."""
+    head = network.get("lm_head")
+    if isinstance(head, VocabSplit):
+        return head
+    inner = network.get("model")
+    embedding = inner.get("embed_tokens") if isinstance(inner, nn.Module) else None
+    split = vars(embedding).get("as_linear") if isinstance(embedding, nn.Module) else None
+    return split if isinstance(split, VocabSplit) else None
+
+
 def prefix_cache_agrees(cluster: Cluster, config: dict) -> bool:
     """Whether every rank's KV cache of a row has the same size, so that the prefix caches (bounded
     in bytes, each rank's own) keep and drop the same entries: always in tensor parallel; in a

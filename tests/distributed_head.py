@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runtime.distributed import Cluster, VocabSplit
+from runtime.distributed import Cluster, head_split
 from runtime.model import load_model
 
 
@@ -21,9 +21,8 @@ def main(folders: list[str]) -> int:
         whole = load_model(folder).network(ids)
         for mode in ("tensor", "pipeline"):
             network = load_model(folder, cluster=Cluster(group, mode)).network
-            head = network.get("lm_head")
-            split = head if isinstance(head, VocabSplit) else vars(network.model.embed_tokens).get("as_linear")
-            start, stop = split.rows if isinstance(split, VocabSplit) else (-1, -1)
+            split = head_split(network)
+            start, stop = split.rows if split is not None else (-1, -1)
             diff = mx.abs(network(ids) - whole).max().item()
             print(f"HEAD {group.rank()} {mode} {Path(folder).name} {start} {stop} {diff:.3e}", flush=True)
     return 0
