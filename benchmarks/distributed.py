@@ -465,7 +465,7 @@ def main(argv=None) -> int:
         "model": args.model,
         "tokens_per_request": args.tokens,
         "pinning": "taskset: rank r on core r; OPENBLAS/MKL/OMP_NUM_THREADS=1",
-        "link": "veth between two network namespaces, tc netem delay each way" if can_make_link() else "loopback",
+        "link": "veth between two network namespaces; each run's delay_by says how" if can_make_link() else "loopback",
         "load_average": os.getloadavg(),
         "runs": [],
     }
