@@ -142,8 +142,9 @@ def split_head(network, group: mx.distributed.Group) -> VocabSplit | None:
     whole on every rank, where it is 27 % of the 0.5B model's weights, read by every rank at every
     token. The input embedding stays whole (a lookup may want any row), so a tied head splits only
     its use as the output projection (`as_linear`). Returns the split (installed in `network`), or
-    None, leaving the head whole, when the vocabulary does not divide by the ranks or the
-    architecture's head is not `lm_head` or a tied `model.embed_tokens`."""
+    None, leaving the head as it is, when the vocabulary does not divide by the ranks, the
+    architecture's head is not `lm_head` or a tied `model.embed_tokens`, or its `shard` already
+    split the head (mlx-lm's qwen3_5)."""
     head, method = network.get("lm_head"), "__call__"
     if not isinstance(head, nn.Module):
         inner = network.get("model")
@@ -151,6 +152,8 @@ def split_head(network, group: mx.distributed.Group) -> VocabSplit | None:
         method = "as_linear"
         if not isinstance(head, nn.Module) or not hasattr(head, "as_linear"):
             return None
+    if type(head).__module__ == "mlx.nn.layers.distributed":  # the architecture's own shard split it
+        return None
     vocab, ranks = head["weight"].shape[0], group.size()
     if vocab % ranks:
         return None

@@ -250,6 +250,28 @@ def test_the_output_head_is_split_by_vocabulary_rows(
         assert float(diff) < 1e-4, (rank, mode, folder, diff)
 
 
+def test_a_head_the_architecture_already_split_is_left_alone():
+    """In one process (a group of 1): a plain `lm_head` gets a split of every row whose logits are the
+    head's own; a head mlx-lm's `shard` already split (an `AllToShardedLinear`, as qwen3_5's) is not
+    split again."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.nn.layers.distributed import AllToShardedLinear
+
+    from runtime.distributed import head_split, split_head
+
+    group = mx.distributed.init()
+    x = mx.random.normal((2, 3, 8))
+    network = nn.Module()
+    network.lm_head = nn.Linear(8, 12, bias=False)
+    expected = network.lm_head(x)
+    split = split_head(network, group)
+    assert split is not None and split.rows == (0, 12) and head_split(network) is split
+    assert mx.array_equal(network.lm_head(x), expected)
+    network.lm_head = AllToShardedLinear(8, 12, bias=False, group=group)
+    assert split_head(network, group) is None and head_split(network) is None
+
+
 def test_a_model_that_cannot_split_is_refused(tiny_model_dir):
     """The tiny model's 4 heads do not split across 3 ranks: every rank says so and ends, before any
     collective (the pipeline's check, fewer layers than ranks, is the same path)."""
