@@ -3,16 +3,18 @@ pinned to a core each (tensor and pipeline parallel), at batch 1 and with 4 conc
 coreai (rank 0 leads the others with step plans, `runtime.distributed`) beside mlx-lm's own
 distributed generation (`mlx_lm.utils.sharded_load`, every rank generating) on the same pinning.
 
-    python -m benchmarks.distributed [--tokens 48] [--delays 0 50 200] [--batches 1 4]
+    python -m benchmarks.distributed [--tokens 32] [--repeats 3] [--delays 0 50 200] [--batches 1 4]
                                      [--engines coreai mlx-lm] [--modes tensor pipeline]
 
 Pinning: every rank runs under `taskset -c <core>` with one BLAS thread (OPENBLAS/MKL/OMP_NUM_THREADS
 =1), so 1 rank on one core is the baseline and 2 ranks on two cores is what a second machine adds.
 The link: each rank of 2 runs in its own network namespace (`ip netns exec`), the two joined by a veth
 pair on which `tc netem` delays every packet by 0, 50 or 200 us each way (a Thunderbolt-like and an
-Ethernet-like hop). The ranks are started as `mlx.launch` starts them for the ring backend
-(`MLX_RANK`, `MLX_HOSTFILE`). Namespaces need root (CAP_NET_ADMIN): without it the 2-rank runs go
-over loopback and only delay 0 runs.
+Ethernet-like hop); where the kernel has no netem, `link_delay.c` (built with gcc) preloaded into
+every rank of every run delays each send() instead (`Link`). The ranks are started as `mlx.launch`
+starts them for the ring backend (`MLX_RANK`, `MLX_HOSTFILE`). Namespaces need root (CAP_NET_ADMIN):
+without it, or without gcc where the shim is needed, the 2-rank runs go over loopback and only delay
+0 runs. Per batch and setting the engines run back to back, so a drift in load hits both.
 
 Per setting, rank 0's figures over the decode steps (every row has its first token):
     decode tok/s   tokens of all rows after that point / the time they took
@@ -20,12 +22,14 @@ Per setting, rank 0's figures over the decode steps (every row has its first tok
     pass           median forward pass, evaluated, collectives included (coreai only; mlx-lm's
                    step is not split: its pass is the step)
     plan           median broadcast of the step's plan to the other ranks (coreai, 2 ranks)
-    host           step - pass - plan: sampling, detokenizing, building the plan (coreai)
+    host           step - pass - plan per step, its median: sampling, detokenizing, building the
+                   plan (coreai); the medians of the parts need not add up to the step's
     collectives    the same collectives as one decode step alone, timed apart in the same processes
                    after the run: 2 all-reduces per layer (tensor); the stage hand-off and the final
                    all_gather (pipeline); and coreai's gather of the split output head's logits;
                    median of 20
-    compute        pass - collectives (mlx-lm: step - collectives)
+    compute        pass - collectives (mlx-lm: step - collectives); in a pipeline it includes
+                   each rank's wait for the other stage
 and per rank its share of the weights as loaded and its peak resident memory (MiB). Prints the table;
 writes JSON with the load average before and after to benchmarks/results/distributed.json.
 """
@@ -45,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +64,7 @@ SUBJECTS = (
     "a baker who speaks to birds",
 )
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-NETNS = ("coreai-bench-0", "coreai-bench-1")
 ADDRESSES = ("10.231.0.1", "10.231.0.2")
-VETH = ("cbveth0", "cbveth1")
 
 
 def prompts(batch: int) -> list[str]:
@@ -152,18 +155,24 @@ def _figures(runs: list[tuple[list, list | None]], rows: int) -> dict:
     return out
 
 
-def coreai_rank(model_name: str, batch: int, tokens: int, mode: str | None, repeats: int = 1) -> dict:
+def coreai_rank(
+    model_name: str, batch: int, tokens: int, mode: str | None, repeats: int = 1, split: bool = True
+) -> dict:
     """One rank of coreai: load this rank's shard; rank 0 runs `batch` requests through the batch
-    (`runtime.batch.BatchGenerator`, the server's engine), the others follow its plans."""
+    (`runtime.batch.BatchGenerator`, the server's engine), the others follow its plans. split: False
+    leaves the output head whole on every rank (`runtime.distributed.split_head` off)."""
     from types import SimpleNamespace
 
     import mlx.core as mx
 
     import coreai
+    import runtime.distributed
     from runtime.batch import BatchGenerator
     from runtime.distributed import follow, head_split, join
     from runtime.sampling import SamplingStrategy
 
+    if not split:  # mlx-lm's whole output head on every rank, for the side-by-side with the split
+        runtime.distributed.split_head = lambda network, group: None
     cluster = join(mode == "pipeline")
     t0 = time.perf_counter()
     model = coreai.load(model_name, cluster=cluster)
@@ -218,8 +227,8 @@ def coreai_rank(model_name: str, batch: int, tokens: int, mode: str | None, repe
         if leader is not None:
             leader.close()
     if cluster is not None:
-        split = head_split(model.network)
-        width = split.rows[1] - split.rows[0] if split is not None else 0
+        head = head_split(model.network)
+        width = head.rows[1] - head.rows[0] if head is not None else 0
         row["collectives_ms"] = collectives_ms(cluster.group, cluster.mode, batch, *_shape(model.config), width)
     row["peak_rss_mib"] = round(peak_rss_mib())
     return row
@@ -313,57 +322,75 @@ def _ip(*args: str, check: bool = True) -> None:
 
 
 class Link:
-    """Two network namespaces joined by a veth pair (`NETNS`, `ADDRESSES`). `delay(us)` sets the one-way
-    delay: tc netem on both ends where the kernel has it, else `link_delay.c` preloaded into the ranks
-    (this project's Linux machines lack sch_netem). Needs root; `close()` deletes the namespaces (and
-    the pair)."""
+    """Two network namespaces joined by a veth pair, named after this process (so two runs do not
+    share them), ranks at `ADDRESSES`. The delay is set per run: `tc netem` on both ends where the
+    kernel has it (`method` "tc netem"), else `link_delay.c` preloaded into every rank of every run,
+    0 us included, so that the runs differ only in the delay (this project's Linux machines lack
+    sch_netem). Raises CalledProcessError when the namespaces cannot be made (no CAP_NET_ADMIN) or
+    the shim does not compile (no gcc). `close()` deletes the namespaces (and the pair)."""
 
     def __init__(self):
-        self.close()  # a run killed earlier may have left them
-        _ip("link", "add", VETH[0], "type", "veth", "peer", "name", VETH[1])
-        for ns, dev, address in zip(NETNS, VETH, ADDRESSES, strict=True):
-            _ip("netns", "add", ns)
-            _ip("link", "set", dev, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+        pid = os.getpid()
+        self.netns = (f"coreai-bench-{pid}-0", f"coreai-bench-{pid}-1")
+        self.veth = (f"cb{pid}a", f"cb{pid}b")  # interface names: 15 characters at most
         self._workdir = tempfile.TemporaryDirectory(prefix="coreai-link-")
-        self.method = "none"
+        try:
+            _ip("link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1])
+            for ns, dev, address in zip(self.netns, self.veth, ADDRESSES, strict=True):
+                _ip("netns", "add", ns)
+                _ip("link", "set", dev, "netns", ns)
+                _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
+                _ip("-n", ns, "link", "set", dev, "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+            self.method = "tc netem" if self._tc("replace", "netem", "delay", "1us") else "send() delay shim"
+            self._tc("del")
+            self.shim = Path(self._workdir.name) / "link_delay.so"
+            if self.method != "tc netem":
+                source = Path(__file__).with_name("link_delay.c")
+                subprocess.run(
+                    ["gcc", "-O2", "-shared", "-fPIC", "-o", str(self.shim), str(source), "-ldl"], check=True
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def _tc(self, verb: str, *qdisc: str) -> bool:
+        """`tc qdisc <verb>` on both ends; whether both succeeded."""
+        done = [
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", verb, "dev", dev, "root", *qdisc], capture_output=True
+            )
+            for ns, dev in zip(self.netns, self.veth, strict=True)
+        ]
+        return all(d.returncode == 0 for d in done)
 
     def delay(self, us: int) -> dict[str, str]:
-        """Delay each packet (each send) by `us` microseconds one way; returns the environment the ranks
-        need for it (empty with netem). Raises CalledProcessError when the shim does not compile."""
-        for ns, dev in zip(NETNS, VETH, strict=True):
-            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
-        self.method = "none"
-        if not us:
+        """Delay each packet (each send) by `us` microseconds one way; returns the environment every
+        rank of the run needs for it (1-rank runs too, with 0)."""
+        if self.method == "tc netem":
+            self._tc("del")
+            if us and not self._tc("replace", "netem", "delay", f"{us}us"):
+                raise RuntimeError(f"tc netem could not set a {us} us delay")
             return {}
-        netem = [
-            subprocess.run(
-                ["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", f"{us}us"],
-                capture_output=True,
-            )
-            for ns, dev in zip(NETNS, VETH, strict=True)
-        ]
-        if all(done.returncode == 0 for done in netem):
-            self.method = "tc netem"
-            return {}
-        shim = Path(self._workdir.name) / "link_delay.so"
-        if not shim.exists():
-            source = Path(__file__).with_name("link_delay.c")
-            subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"], check=True)
-        self.method = "send() delay shim (no netem in this kernel)"
-        return {"LD_PRELOAD": str(shim), "COREAI_LINK_DELAY_US": str(us)}
+        return {"LD_PRELOAD": str(self.shim), "COREAI_LINK_DELAY_US": str(us)}
 
     def close(self) -> None:
-        for ns in NETNS:
+        for ns in self.netns:
             _ip("netns", "del", ns, check=False)
-        if hasattr(self, "_workdir"):
-            self._workdir.cleanup()
+        self._workdir.cleanup()
 
 
-def can_make_link() -> bool:
-    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+def make_link() -> Link | None:
+    """The link between the 2 ranks, or None (loopback, no added delay) when this user cannot make
+    network namespaces or the delay shim cannot be built, saying why on stderr."""
+    if shutil.which("ip") is None or shutil.which("tc") is None or os.geteuid() != 0:
+        print("not root (or no ip / tc): the 2-rank runs go over loopback, with no added delay", file=sys.stderr)
+        return None
+    try:
+        return Link()
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        print(f"no link between namespaces ({exc}): loopback, no added delay", file=sys.stderr)
+        return None
 
 
 def run_setting(
@@ -391,7 +418,7 @@ def run_setting(
     with contextlib.ExitStack() as stack:
         if mode:
             port = random.randint(20000, 40000)
-            hosts = [f"{link and ADDRESSES[r] or '127.0.0.1'}:{port + r}" for r in range(ranks)]
+            hosts = [f"{ADDRESSES[r] if link else '127.0.0.1'}:{port + r}" for r in range(ranks)]
             hostfile = stack.enter_context(tempfile.NamedTemporaryFile("w", suffix=".json"))
             json.dump([[h] for h in hosts], hostfile)
             hostfile.flush()
@@ -400,21 +427,12 @@ def run_setting(
         for r in range(ranks):
             cmd = ["taskset", "-c", str(r), *base]
             if mode and link is not None:
-                cmd = ["ip", "netns", "exec", NETNS[r], *cmd]
-            procs.append(
-                subprocess.Popen(
-                    cmd,
-                    cwd=ROOT,
-                    env={**env, "MLX_RANK": str(r)},
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        outputs = []
-        try:
-            for p in procs:
-                outputs.append(p.communicate(timeout=1800))
+                cmd = ["ip", "netns", "exec", link.netns[r], *cmd]
+            popen = dict(cwd=ROOT, env={**env, "MLX_RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            procs.append(subprocess.Popen(cmd, text=True, **popen))  # type: ignore[call-overload]
+        try:  # every rank's pipes read at once: a rank blocked on a full pipe would stall the others
+            with ThreadPoolExecutor(len(procs)) as pool:
+                outputs = list(pool.map(lambda p: p.communicate(timeout=1800), procs))
         finally:
             for p in procs:
                 p.kill()
@@ -444,59 +462,55 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per setting, in the same processes")
     parser.add_argument("--delays", type=int, nargs="+", default=[0, 50, 200], help="one-way link delays, us")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4], choices=[1, 2, 3, 4])
-    parser.add_argument("--engines", nargs="+", default=["coreai", "mlx-lm"], choices=["coreai", "mlx-lm"])
+    engines = ["coreai", "mlx-lm", "coreai-whole-head"]
+    parser.add_argument("--engines", nargs="+", default=engines[:2], choices=engines, help="coreai-whole-head: "
+                        "coreai with mlx-lm's whole output head on every rank")  # fmt: skip
     parser.add_argument("--modes", nargs="+", default=["tensor", "pipeline"], choices=["tensor", "pipeline"])
-    parser.add_argument("--rank-run", choices=["coreai", "mlx-lm"], help=argparse.SUPPRESS)
+    parser.add_argument("--rank-run", choices=engines, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=["tensor", "pipeline"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.rank_run:
-        rank = coreai_rank if args.rank_run == "coreai" else mlx_lm_rank
-        print("RESULT " + json.dumps(rank(args.model, args.batch, args.tokens, args.mode, args.repeats)), flush=True)
+        run_args = (args.model, args.batch, args.tokens, args.mode, args.repeats)
+        if args.rank_run == "mlx-lm":
+            row = mlx_lm_rank(*run_args)
+        else:
+            row = coreai_rank(*run_args, split=args.rank_run == "coreai")
+        print("RESULT " + json.dumps(row), flush=True)
         return 0
     from coreai.api import resolve
 
     resolve(args.model)  # a registry model is exported once, before any timed process
-    delays = args.delays if can_make_link() else [0]
-    if delays != args.delays:
-        print("not root (or no ip/tc): the 2-rank runs go over loopback, with no added delay", file=sys.stderr)
+    link = make_link()
+    delays = args.delays if link is not None else [0]
     report: dict = {
         "model": args.model,
         "tokens_per_request": args.tokens,
         "pinning": "taskset: rank r on core r; OPENBLAS/MKL/OMP_NUM_THREADS=1",
-        "link": "veth between two network namespaces; each run's delay_by says how" if can_make_link() else "loopback",
+        "link": f"veth between two network namespaces, delay by {link.method}" if link else "loopback",
+        "order": "per batch and setting, the engines back to back",
         "load_average": os.getloadavg(),
         "runs": [],
     }
     print(
         "engine  setting   delay  batch  decode/s  vs 1r   step ms  pass ms  compute  coll  plan   host   peak RSS MiB"
     )
-    with contextlib.closing(Link()) if can_make_link() else contextlib.nullcontext() as link:
-        for engine in args.engines:
-            for batch in args.batches:
-                rows = run_setting(engine, args.model, batch, args.tokens, None, None, None, args.repeats)
-                baseline = rows[0]["decode_tps"]
-                report["runs"].append(
-                    {"engine": engine, "setting": "1 rank", "delay_us": 0, "batch": batch, "ranks": rows}
-                )
-                print(table_line(engine, "1 rank", "-", batch, rows, baseline), flush=True)
-                for mode in args.modes:
-                    for us in delays:
-                        delay = link.delay(us) if link is not None else {}
-                        rows = run_setting(engine, args.model, batch, args.tokens, mode, link, delay, args.repeats)
-                        how = link.method if link is not None else "loopback"
-                        report["runs"].append(
-                            {
-                                "engine": engine,
-                                "setting": mode,
-                                "delay_us": us,
-                                "delay_by": how,
-                                "batch": batch,
-                                "ranks": rows,
-                            }
-                        )
-                        print(table_line(engine, mode, f"{us}us", batch, rows, baseline), flush=True)
+    settings = [(None, 0)] + [(mode, us) for mode in args.modes for us in delays]
+    baseline: dict = {}
+    with contextlib.closing(link) if link is not None else contextlib.nullcontext():
+        for batch in args.batches:
+            for mode, us in settings:
+                for engine in args.engines:  # back to back, so a drift in the machine's load hits both
+                    delay = link.delay(us) if link is not None else {}
+                    rows = run_setting(engine, args.model, batch, args.tokens, mode, link, delay, args.repeats)
+                    baseline.setdefault((engine, batch), rows[0]["decode_tps"])
+                    run = {"engine": engine, "setting": mode or "1 rank", "delay_us": us, "batch": batch, "ranks": rows}
+                    if mode:
+                        run["delay_by"] = link.method if link is not None else "loopback"
+                    report["runs"].append(run)
+                    shown = f"{us}us" if mode else "-"
+                    print(table_line(engine, mode or "1 rank", shown, batch, rows, baseline[engine, batch]), flush=True)
     report["load_average_after"] = os.getloadavg()
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"load average (1, 5, 15 min) before {report['load_average']}, after {report['load_average_after']}")

@@ -115,8 +115,8 @@ class VocabSplit(nn.Module):
     """This rank's rows of an output projection (`head`, called as its `method`): the logits of
     vocabulary rows `rows` = [start, stop), then one all_gather joins every rank's into [..., vocab].
     The rows are sliced at each call, so they are views of the head's current parameters (cast after
-    the split, `runtime.model.load_model`). Quantized heads split alike: weight, scales and biases are
-    all by row."""
+    the split, `runtime.model.load_model`). Quantized heads split alike, weight, scales and biases all
+    by row (not tested here: the CPU runs float32)."""
 
     def __init__(self, head: nn.Module, method: str, rows: tuple[int, int], group: mx.distributed.Group):
         super().__init__()
@@ -139,9 +139,10 @@ class VocabSplit(nn.Module):
 def split_head(network, group: mx.distributed.Group) -> VocabSplit | None:
     """Split the output projection across the ranks by vocabulary rows (vLLM's ParallelLMHead): each
     rank computes vocab / N logits, an all_gather joins them. mlx-lm's `shard` and `pipeline` leave it
-    whole on every rank, where it is 27 % of the 0.5B model's weights, read by every rank at every
-    token. The input embedding stays whole (a lookup may want any row), so a tied head splits only
-    its use as the output projection (`as_linear`). Returns the split (installed in `network`), or
+    whole on every rank, where it is 27 % of the weights the 0.5B model reads per token, read by
+    every rank. It saves those reads, not memory: the rows are views of the head as loaded. The
+    input embedding stays whole (a lookup may want any row), so a tied head splits only its use as
+    the output projection (`as_linear`). Returns the split (installed in `network`), or
     None, leaving the head as it is, when the vocabulary does not divide by the ranks, the
     architecture's head is not `lm_head` or a tied `model.embed_tokens`, or its `shard` already
     split the head (mlx-lm's qwen3_5)."""

@@ -251,9 +251,9 @@ def test_the_output_head_is_split_by_vocabulary_rows(
 
 
 def test_a_head_the_architecture_already_split_is_left_alone():
-    """In one process (a group of 1): a plain `lm_head` gets a split of every row whose logits are the
-    head's own; a head mlx-lm's `shard` already split (an `AllToShardedLinear`, as qwen3_5's) is not
-    split again."""
+    """In one process (a group of 1): a plain `lm_head` gets a split of every row that gives the head's
+    own logits (the call path and shapes; the gather's order across ranks is the 2-rank test's); a
+    head mlx-lm's `shard` already split (an `AllToShardedLinear`, as qwen3_5's) is not split again."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.nn.layers.distributed import AllToShardedLinear
