@@ -1,7 +1,8 @@
 """Where a prefill chunk's attention time goes at long context on this backend (issue 49): one layer of
 the default model's attention (14 query heads, 2 KV heads, head size 64, float32) for one chunk of
-queries against a context of keys, timed as MLX's fused `mx.fast.scaled_dot_product_attention` and
-as its parts: the scores matmul, the softmax, the values matmul.
+queries against a context of keys, timed as MLX's fused `mx.fast.scaled_dot_product_attention`, as
+its parts (the scores matmul, the softmax, the values matmul), and as the engine's own long-context
+attention on the CPU (`runtime.attention.attention`: the softmax in NumPy over the cores).
 
     python -m benchmarks.attention_split [--chunk 128] [--contexts 4096 16384] [--repeats 5]
 
@@ -37,8 +38,10 @@ def timed_ms(fn, repeats: int) -> float:
 
 
 def split(chunk: int, context: int, repeats: int) -> dict:
-    """ms per layer for one chunk: fused SDPA, and scores / softmax / values apart."""
+    """ms per layer for one chunk: fused SDPA, the engine's attention, and scores / softmax / values apart."""
     import mlx.core as mx
+
+    from runtime.attention import attention
 
     group = HEADS // KV_HEADS
     q = mx.random.normal((1, HEADS, chunk, HEAD_DIM))
@@ -50,6 +53,7 @@ def split(chunk: int, context: int, repeats: int) -> dict:
     scale = HEAD_DIM**-0.5
     return {
         "fused_sdpa": timed_ms(lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale), repeats),
+        "engine_attention": timed_ms(lambda: attention(q, k, v, scale), repeats),
         "scores_matmul": timed_ms(lambda: (grouped * scale) @ k[:, :, None].swapaxes(-1, -2), repeats),
         "softmax": timed_ms(lambda: mx.softmax(scores, axis=-1, precise=True), repeats),
         "values_matmul": timed_ms(lambda: scores @ v[:, :, None], repeats),
@@ -64,7 +68,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     report: dict = {"chunk": args.chunk, "load_average": os.getloadavg(), "ms_per_layer": {}}
-    print(f"chunk {args.chunk}, ms per layer: fused SDPA | scores matmul | softmax | values matmul")
+    print(f"chunk {args.chunk}, ms per layer: fused SDPA | engine's | scores matmul | softmax | values matmul")
     for context in args.contexts:
         row = split(args.chunk, context, args.repeats)
         report["ms_per_layer"][str(context)] = row

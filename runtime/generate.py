@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+from runtime.attention import engine
 from runtime.errors import InputError
 from runtime.prompt_cache import PromptCache
 from runtime.sampling import check_max_tokens
@@ -119,14 +120,16 @@ def _generate(
             yield seq.end("cancelled")
             return
         n = min(prefill_step_size, len(pending) - 1)
-        network(mx.array(pending[:n])[None], cache=cache)
+        with engine():
+            network(mx.array(pending[:n])[None], cache=cache)
         mx.eval([c.state for c in cache])
         pc.tokens.extend(pending[:n])
         pending = pending[n:]
 
     def forward(ids: list[int], rows: int) -> mx.array:
         pc.tokens.extend(ids)
-        logits = network(mx.array(ids)[None], cache=cache)[0, -rows:, :]
+        with engine():
+            logits = network(mx.array(ids)[None], cache=cache)[0, -rows:, :]
         mx.async_eval(logits)
         return logits
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, LRUPromptCache, make_prompt_cache, trim_prompt_cache
 
+from runtime.attention import engine
 from runtime.step_plan import StepPlan
 
 PROMPT_CACHE_KEY = "model"  # LRUPromptCache keys entries by model; one batch serves one model
@@ -194,7 +195,8 @@ class KVBatch:
     def _prefill_alone(self, slot: Slot) -> None:
         """One chunk of a row's prompt into its own KV cache."""
         n = min(self.prefill_step_size, len(slot.pending) - 1)
-        self.network(mx.array(slot.pending[:n])[None], cache=slot.cache)
+        with engine():
+            self.network(mx.array(slot.pending[:n])[None], cache=slot.cache)
         assert slot.cache is not None  # a waiting row has its own cache
         mx.eval([c.state for c in slot.cache])
         slot.tokens += slot.pending[:n]
@@ -217,7 +219,8 @@ class KVBatch:
             padding = [width - n for n in lengths]
             for c in merged:
                 c.prepare(lengths=lengths, right_padding=padding)
-            self.network(mx.array([c + [0] * p for c, p in zip(chunks, padding, strict=False)]), cache=merged)
+            with engine():
+                self.network(mx.array([c + [0] * p for c, p in zip(chunks, padding, strict=False)]), cache=merged)
             for c in merged:
                 c.finalize()
             mx.eval([c.state for c in merged])
@@ -259,7 +262,8 @@ class KVBatch:
             for c in self.cache:
                 c.prepare(lengths=lengths, right_padding=padding)
         ids = mx.array([s.feed + [0] * p for s, p in zip(self.active, padding, strict=False)])
-        logits = self.network(ids, cache=self.cache)
+        with engine():
+            logits = self.network(ids, cache=self.cache)
         if any(padding):  # the padded tail moves to the left padding, masked from later passes
             assert self.cache is not None  # rows are active
             for c in self.cache:

@@ -14,6 +14,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
+from runtime import attention
 from runtime.batch import stream_batched
 from runtime.distributed import Cluster, Leader, shard
 from runtime.drafters import make_drafter
@@ -195,6 +196,7 @@ def load_model(
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     network, config = mlx_lm_load_model(path, lazy=True)  # config: config.json as mlx-lm read it
     apply_untruncated_yarn(network, config)  # gpt-oss: mlx-lm rounds YaRN's range against the config
+    attention.install()  # long-context prefill on the CPU: the softmax vectorised (runtime.attention)
     if cluster is not None:  # while the weights are still lazy: each rank reads only its share
         shard(network, config, cluster)
     if dtype is not None:

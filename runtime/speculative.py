@@ -22,6 +22,7 @@ from typing import cast
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
+from runtime.attention import engine
 from runtime.errors import InputError
 
 
@@ -194,7 +195,8 @@ class DraftModel:
         self.tokens = list(context)
         draft: list[int] = []
         for _ in range(n):
-            logits = self.model.network(mx.array(feed)[None], cache=self.cache)[0, -1]
+            with engine():
+                logits = self.model.network(mx.array(feed)[None], cache=self.cache)[0, -1]
             token = int(cast(int, mx.argmax(logits).item()))
             draft.append(token)
             feed = [token]

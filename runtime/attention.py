@@ -1,0 +1,140 @@
+"""Attention at long context on MLX's CPU backend, with the softmax in NumPy.
+
+MLX has no fused attention kernel on the CPU: `mx.fast.scaled_dot_product_attention` runs as its
+composed fallback (scores matmul, softmax, values matmul), and there the softmax's `exp` is scalar
+and single-threaded: ~14 ns an element, against ~1 ns for NumPy's vectorised one on the same core.
+At a 16,384-token context the softmax is ~95 % of a prefill chunk's attention and prefill falls to
+~15 tok/s (`python -m benchmarks.attention_split`, docs/reports/performance.md). Here the matmuls stay
+in MLX (BLAS) and the softmax runs in NumPy, its rows split over the usable cores (NumPy's ufuncs
+release the GIL), normalised after the values matmul ((e @ V) / sum(e): a [.., L, D] divide).
+
+It is used only where it pays and only for this engine's own passes: on the CPU device, float32,
+no attention sinks, an unquantized KV cache, at least `LONG_CONTEXT` keys and `MIN_QUERIES` queries
+(the NumPy step evaluates the graph up to the scores: fine inside a prefill chunk, which is
+evaluated anyway), and inside `engine()`. mlx-lm's own generation in the same process, Metal and
+short contexts keep MLX's fused call unchanged, bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import cache
+
+import mlx.core as mx
+import numpy as np
+
+LONG_CONTEXT = 1024  # keys; below it the softmax is a small part of the pass and the fused call stays
+MIN_QUERIES = 16  # a decode step (1 query a row) keeps the fused call: no evaluation mid-graph
+_ENGINE: ContextVar[bool] = ContextVar("coreai_attention_engine", default=False)
+
+
+@contextmanager
+def engine() -> Iterator[None]:
+    """The runtime's forward passes: a patched model's attention calls inside take `attention`
+    where `applies` says so."""
+    token = _ENGINE.set(True)
+    try:
+        yield
+    finally:
+        _ENGINE.reset(token)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(workers, thread_name_prefix="coreai-softmax")
+
+
+def _additive_mask(mask: mx.array | str | None, kv_heads: int, query_len: int, key_len: int):
+    """`mask` as an additive float32 array broadcastable to [B, Hkv, group, L, S], or None; a masked
+    key of a bool mask adds float32's lowest value, as MLX's fallback fills it (so a row with every
+    key masked attends to all alike). As large as the mask, not as the scores."""
+    if mask is None:
+        return None
+    if isinstance(mask, str):  # "causal": query i sits at position S - L + i (MLX's alignment)
+        mask = mx.arange(key_len - query_len, key_len)[:, None] >= mx.arange(key_len)[None]
+    if mask.dtype == mx.bool_:
+        mask = mx.where(mask, mx.array(0.0, mx.float32), mx.array(mx.finfo(mx.float32).min, mx.float32))
+    while mask.ndim < 4:
+        mask = mask[None]
+    b, h, rows, keys = mask.shape
+    if h == 1:
+        return mask[:, :, None]
+    return mask.reshape(b, kv_heads, h // kv_heads, rows, keys)
+
+
+def _exp_rows(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """In place: scores [.., Lp, S] become exp(scores + mask - row max); returns the row sums [.., Lp, 1]."""
+    if mask is not None:
+        np.add(scores, mask, out=scores)
+    np.subtract(scores, scores.max(axis=-1, keepdims=True), out=scores)
+    np.exp(scores, out=scores)
+    return scores.sum(axis=-1, keepdims=True)
+
+
+def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask=None) -> mx.array:
+    """What `mx.fast.scaled_dot_product_attention(queries, keys, values, scale=, mask=)` computes, by
+    the module docstring's method. queries [B, Hq, L, D], keys and values [B, Hkv, S, D] (Hq a
+    multiple of Hkv), float32; mask None, "causal", or a bool (True attends) or additive array
+    broadcastable to [B, Hq, L, S]. Evaluates the graph up to the scores. Returns [B, Hq, L, D]
+    float32."""
+    b, heads, length, dim = queries.shape
+    kv_heads, key_len = keys.shape[1], keys.shape[2]
+    q = (queries * scale).reshape(b, kv_heads, heads // kv_heads, length, dim)
+    scores = q @ keys[:, :, None].swapaxes(-1, -2)  # [B, Hkv, G, L, S], a fresh buffer
+    additive = _additive_mask(mask, kv_heads, length, key_len)
+    mx.eval(scores) if additive is None else mx.eval(scores, additive)
+    # NumPy shares the evaluated buffer and the softmax is written into it, as MLX's NumPy
+    # interop documents (`np.array(a, copy=False)`): no copy of the [.., L, S] scores either way.
+    s = np.array(scores, copy=False)
+    m = None if additive is None else np.broadcast_to(np.array(additive, copy=False), s.shape)
+    parts = min(_cores(), length)
+    bounds = [length * i // parts for i in range(parts + 1)]
+    cuts = [np.s_[..., lo:hi, :] for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    sums = _pool(parts).map(lambda cut: _exp_rows(s[cut], None if m is None else m[cut]), cuts)
+    total = mx.array(np.concatenate(list(sums), axis=-2))
+    return ((scores @ values[:, :, None]) / total).reshape(b, heads, length, dim)
+
+
+def applies(queries: mx.array, keys: mx.array, cache, sinks) -> bool:
+    """Whether a model's attention call takes `attention`: see the module docstring."""
+    return (
+        _ENGINE.get()
+        and keys.shape[-2] >= LONG_CONTEXT
+        and queries.shape[-2] >= MIN_QUERIES
+        and sinks is None
+        and not hasattr(cache, "bits")  # mlx-lm's quantized KV cache has its own attention
+        and queries.dtype == mx.float32
+        and mx.default_device() == mx.cpu
+    )
+
+
+def install() -> int:
+    """Route the attention of every imported mlx-lm model module through `applies` / `attention`
+    (mlx-lm's models call `mlx_lm.models.base.scaled_dot_product_attention`, bound by name at
+    import). Idempotent; call after the model's module is imported (at load). Returns the number of
+    modules patched by this call."""
+    from mlx_lm.models import base
+
+    stock = base.scaled_dot_product_attention
+
+    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        if applies(queries, keys, cache, sinks):
+            return attention(queries, keys, values, scale, mask)
+        return stock(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    patched = 0
+    for name, module in list(sys.modules.items()):
+        if name.startswith("mlx_lm.models.") and module is not base:
+            if getattr(module, "scaled_dot_product_attention", None) is stock:
+                module.__dict__["scaled_dot_product_attention"] = scaled_dot_product_attention
+                patched += 1
+    return patched

@@ -1,0 +1,131 @@
+"""runtime.attention: the long-context attention of the engine's passes on the CPU (softmax in NumPy)
+against MLX's fused call, the gate that keeps everything else on the fused call bit for bit, and the
+real path: a tiny network's greedy tokens at a 1,500-token context, alone and batched, against
+mlx-lm's own generation."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models import base, qwen2
+
+from runtime import attention
+from runtime.batch import BatchGenerator
+from runtime.sampling import SamplingParams, SamplingStrategy
+
+
+def inputs(batch, heads, kv_heads, queries, keys, seed=0):
+    mx.random.seed(seed)
+    q = mx.random.normal((batch, heads, queries, 16))
+    k = mx.random.normal((batch, kv_heads, keys, 16))
+    v = mx.random.normal((batch, kv_heads, keys, 16))
+    return q, k, v
+
+
+def left_padding_mask(batch, queries, keys):
+    """What mlx-lm's BatchKVCache gives a batch whose rows are left-padded by 0, 5, 10, ... keys:
+    bool [B, 1, L, S], causal, True attends."""
+    qpos = mx.arange(keys - queries, keys)[:, None]
+    kpos = mx.arange(keys)[None]
+    pads = mx.arange(batch)[:, None, None, None] * 5
+    return (qpos >= kpos)[None, None] & (kpos >= pads)
+
+
+@pytest.mark.parametrize(
+    "batch,heads,kv_heads,queries,keys,mask",
+    [
+        (1, 4, 4, 16, 40, None),
+        (1, 14, 2, 33, 300, "causal"),  # odd rows: the parts differ in size
+        (2, 4, 2, 17, 64, "bool"),
+        (2, 4, 1, 20, 64, "additive"),
+        (1, 4, 2, 1, 50, "causal"),  # one query: one part
+    ],
+)
+def test_it_computes_what_mlx_fused_attention_does(batch, heads, kv_heads, queries, keys, mask):
+    q, k, v = inputs(batch, heads, kv_heads, queries, keys)
+    if mask == "bool":
+        mask = left_padding_mask(batch, queries, keys)
+    elif mask == "additive":
+        mask = mx.where(left_padding_mask(batch, queries, keys), 0.0, -mx.inf) + mx.random.normal((1, heads, 1, keys))
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
+    got = attention.attention(q, k, v, 0.25, mask)
+    assert got.shape == want.shape and got.dtype == mx.float32
+    assert mx.allclose(got, want, atol=1e-5, rtol=1e-5).item()
+
+
+def test_a_row_with_every_key_masked_attends_to_all_alike_as_in_mlx():
+    q, k, v = inputs(1, 2, 2, 2, 8)
+    mask = mx.array([[True] * 8, [False] * 8])[None, None]
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0, mask=mask)
+    got = attention.attention(q, k, v, 1.0, mask)
+    assert mx.allclose(got, want, atol=1e-5).item()
+    assert mx.allclose(got[0, :, 1], v.mean(axis=2)[0], atol=1e-5).item()
+
+
+def test_only_the_engines_long_prefill_passes_leave_the_fused_call(monkeypatch):
+    attention.install()
+    patched = qwen2.scaled_dot_product_attention
+    assert patched is not base.scaled_dot_product_attention  # the model module's name now routes
+    calls = []
+    real = attention.attention
+    monkeypatch.setattr(attention, "attention", lambda *a: calls.append(a[0].shape) or real(*a))
+
+    def run(queries, keys):
+        q, k, v = inputs(1, 4, 2, queries, keys)
+        got = patched(q, k, v, cache=None, scale=0.25, mask="causal")
+        return got, mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
+
+    long = attention.LONG_CONTEXT
+    got, fused = run(attention.MIN_QUERIES, long)  # outside engine(): mlx-lm's own generation
+    assert mx.array_equal(got, fused).item() and calls == []
+    with attention.engine():
+        for queries, keys in ((attention.MIN_QUERIES, long - 1), (attention.MIN_QUERIES - 1, long)):
+            got, fused = run(queries, keys)  # short context, or a decode-sized pass
+            assert mx.array_equal(got, fused).item() and calls == []
+        got, fused = run(attention.MIN_QUERIES, long)
+        assert calls == [(1, 4, attention.MIN_QUERIES, 16)]
+        assert mx.allclose(got, fused, atol=1e-5).item()
+    assert attention.install() == 0  # idempotent: every module already routes
+
+
+@pytest.fixture(scope="module")
+def long_tiny_model(tmp_path_factory, write_tiny_tokenizer, write_tiny_network):
+    from runtime import load_model
+
+    folder = tmp_path_factory.mktemp("tiny-long")
+    write_tiny_tokenizer(folder)
+    write_tiny_network(folder, "qwen2", max_position_embeddings=4096)
+    return load_model(folder)
+
+
+def test_long_prompts_give_mlx_lms_tokens_alone_and_batched(long_tiny_model, monkeypatch):
+    from mlx_lm.generate import generate_step
+
+    model = long_tiny_model
+    calls = []
+    real = attention.attention
+    monkeypatch.setattr(attention, "attention", lambda *a: calls.append(a[2].shape[2]) or real(*a))
+    words = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex bold jacks "
+    prompts = [model.prompt_ids(words * 60)[:n] for n in (1500, 1200)]
+    assert all(len(p) == n for p, n in zip(prompts, (1500, 1200), strict=True))
+
+    def stock(ids):  # mlx-lm's generation: outside engine(), the fused call
+        steps = generate_step(mx.array(ids), model.network, max_tokens=8, sampler=lambda x: mx.argmax(x, axis=-1))
+        return [int(t) for t, _ in steps]
+
+    want = [stock(p) for p in prompts]
+    assert calls == []
+    alone = [model.generate(p, max_tokens=8, temperature=0.0).token_ids for p in prompts]
+    assert alone == want
+    assert calls and max(calls) >= 1400  # the prefill chunks at long context took the NumPy path
+    calls.clear()
+    batch = BatchGenerator(model.network, model.tokenizer, max_batch=2)
+    for i, ids in enumerate(prompts):
+        batch.add(ids, SamplingStrategy(SamplingParams(temperature=0.0)), max_tokens=8, tag=i)
+    results = {}
+    while len(batch):
+        for row, delta in batch.step():
+            if delta.result is not None:
+                results[row.tag] = delta.result.token_ids
+    assert [results[0], results[1]] == want
+    assert calls
