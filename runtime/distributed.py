@@ -111,12 +111,17 @@ def shard(network, config: dict, cluster: Cluster) -> None:
     split_head(network, cluster.group)
 
 
+_ROW_PARAMETERS = ("weight", "scales", "biases", "bias")  # a (quantized) projection's, all by output row
+
+
 class VocabSplit(nn.Module):
     """This rank's rows of an output projection (`head`, called as its `method`): the logits of
     vocabulary rows `rows` = [start, stop), then one all_gather joins every rank's into [..., vocab].
-    The rows are sliced at each call, so they are views of the head's current parameters (cast after
-    the split, `runtime.model.load_model`). Quantized heads split alike, weight, scales and biases all
-    by row (not tested here: the CPU runs float32)."""
+    An untied head (`method` "__call__") holds only those rows: `split_head` slices its parameters
+    while they are still lazy, so the rank never keeps the rest once the load's cast has copied
+    them (`runtime.model.load_model`). A tied one is the whole input embedding: its rows are sliced
+    at each call, views of its current parameters. Quantized heads split alike, weight, scales and
+    biases all by row (not tested here: the CPU runs float32)."""
 
     def __init__(self, head: nn.Module, method: str, rows: tuple[int, int], group: mx.distributed.Group):
         super().__init__()
@@ -124,11 +129,13 @@ class VocabSplit(nn.Module):
         self.method, self.rows, self.group = method, rows, group
 
     def __call__(self, x: mx.array) -> mx.array:
-        start, stop = self.rows
-        part = copy.copy(self.head)  # a shallow copy: its parameters replaced by this rank's rows
-        for key in ("weight", "scales", "biases", "bias"):
-            if key in self.head:
-                part[key] = self.head[key][start:stop]
+        part = self.head
+        if self.method != "__call__":  # the whole embedding: a shallow copy with this rank's rows
+            start, stop = self.rows
+            part = copy.copy(self.head)
+            for key in _ROW_PARAMETERS:
+                if key in self.head:
+                    part[key] = self.head[key][start:stop]
         logits = getattr(type(part), self.method)(part, x)  # [..., stop - start]
         *lead, width = logits.shape
         ranks = self.group.size()
@@ -140,9 +147,10 @@ def split_head(network, group: mx.distributed.Group) -> VocabSplit | None:
     """Split the output projection across the ranks by vocabulary rows (vLLM's ParallelLMHead): each
     rank computes vocab / N logits, an all_gather joins them. mlx-lm's `shard` and `pipeline` leave it
     whole on every rank, where it is 27 % of the weights the 0.5B model reads per token, read by
-    every rank. It saves those reads, not memory: the rows are views of the head as loaded. The
-    input embedding stays whole (a lookup may want any row), so a tied head splits only its use as
-    the output projection (`as_linear`). Returns the split (installed in `network`), or
+    every rank. An untied `lm_head` keeps only this rank's rows (call it before the weights are
+    evaluated to save their memory too: `runtime.model.load_model` does); the input embedding stays
+    whole (a lookup may want any row), so a tied head splits only its use as the output projection
+    (`as_linear`), saving reads, not memory. Returns the split (installed in `network`), or
     None, leaving the head as it is, when the vocabulary does not divide by the ranks, the
     architecture's head is not `lm_head` or a tied `model.embed_tokens`, or its `shard` already
     split the head (mlx-lm's qwen3_5)."""
@@ -159,8 +167,12 @@ def split_head(network, group: mx.distributed.Group) -> VocabSplit | None:
     if vocab % ranks:
         return None
     size = vocab // ranks
-    split = VocabSplit(head, method, (group.rank() * size, (group.rank() + 1) * size), group)
+    start, stop = group.rank() * size, (group.rank() + 1) * size
+    split = VocabSplit(head, method, (start, stop), group)
     if method == "__call__":
+        for key in _ROW_PARAMETERS:
+            if key in head:
+                head[key] = head[key][start:stop]
         network["lm_head"] = split
     else:  # the instance attribute shadows the class's as_linear; outside the parameter tree
         object.__setattr__(head, "as_linear", split)

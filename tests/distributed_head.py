@@ -1,7 +1,8 @@
 """Run under `mlx.launch` with 2 ranks by tests/test_distributed.py: for each model folder given, in
 tensor and in pipeline mode, the split network's logits against the whole network's. Prints one line
-per check: `HEAD <rank> <mode> <folder name> <start> <stop> <max abs difference>`, where start, stop
-are the vocabulary rows this rank's output head computes (-1 -1: the head was not split)."""
+per check: `HEAD <rank> <mode> <folder name> <start> <stop> <held> <max abs difference>`, where start,
+stop are the vocabulary rows this rank's output head computes (-1 -1: the head was not split) and
+held the rows of the head's weight the rank keeps."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def main(folders: list[str]) -> int:
             network = load_model(folder, cluster=Cluster(group, mode)).network
             split = head_split(network)
             start, stop = split.rows if split is not None else (-1, -1)
+            held = split.head["weight"].shape[0] if split is not None else -1
             diff = mx.abs(network(ids) - whole).max().item()
-            print(f"HEAD {group.rank()} {mode} {Path(folder).name} {start} {stop} {diff:.3e}", flush=True)
+            print(f"HEAD {group.rank()} {mode} {Path(folder).name} {start} {stop} {held} {diff:.3e}", flush=True)
     return 0
 
 

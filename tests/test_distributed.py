@@ -232,8 +232,8 @@ def test_the_output_head_is_split_by_vocabulary_rows(
     tiny_model_dir, tmp_path, write_tiny_tokenizer, write_tiny_network
 ):
     """On 2 ranks, tensor and pipeline, each rank computes the logits of its half of the vocabulary
-    (an untied `lm_head`, and a head tied to the embeddings), and the gathered logits are the one
-    process's (`runtime.distributed.split_head`)."""
+    (an untied `lm_head`, which keeps only those rows, and a head tied to the embeddings, which stay
+    whole), and the gathered logits are the one process's (`runtime.distributed.split_head`)."""
     tied = tmp_path / "tied"
     tied.mkdir()
     write_tiny_tokenizer(tied)
@@ -244,9 +244,10 @@ def test_the_output_head_is_split_by_vocabulary_rows(
     checks = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("HEAD ")]
     assert len(checks) == 2 * 2 * 2, done.stderr[-3000:]  # ranks x modes x folders
     vocab = json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"]
-    for rank, mode, folder, start, stop, diff in checks:
+    for rank, mode, folder, start, stop, held, diff in checks:
         half = vocab // 2
         assert (int(start), int(stop)) == (int(rank) * half, (int(rank) + 1) * half), (mode, folder)
+        assert int(held) == (vocab if folder == "tied" else half), (rank, mode, folder)
         assert float(diff) < 1e-4, (rank, mode, folder, diff)
 
 
