@@ -63,6 +63,8 @@ def _additive_mask(mask: mx.array | str | None, kv_heads: int, query_len: int, k
         mask = mx.arange(key_len - query_len, key_len)[:, None] >= mx.arange(key_len)[None]
     if mask.dtype == mx.bool_:
         mask = mx.where(mask, mx.array(0.0, mx.float32), mx.array(mx.finfo(mx.float32).min, mx.float32))
+    else:  # the scores' dtype (NumPy has no bfloat16)
+        mask = mask.astype(mx.float32)
     while mask.ndim < 4:
         mask = mask[None]
     b, h, rows, keys = mask.shape
@@ -82,10 +84,10 @@ def _exp_rows(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
 
 def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask=None) -> mx.array:
     """What `mx.fast.scaled_dot_product_attention(queries, keys, values, scale=, mask=)` computes, by
-    the module docstring's method. queries [B, Hq, L, D], keys and values [B, Hkv, S, D] (Hq a
-    multiple of Hkv), float32; mask None, "causal", or a bool (True attends) or additive array
-    broadcastable to [B, Hq, L, S]. Evaluates the graph up to the scores. Returns [B, Hq, L, D]
-    float32."""
+    the module docstring's method. queries [B, Hq, L, D], keys [B, Hkv, S, D] and values [B, Hkv,
+    S, Dv] (Hq a multiple of Hkv; Dv may differ from D, as in MLA models), float32; mask None,
+    "causal", or a bool (True attends) or additive array broadcastable to [B, Hq, L, S]. Evaluates
+    the graph up to the scores. Returns [B, Hq, L, Dv] float32."""
     b, heads, length, dim = queries.shape
     kv_heads, key_len = keys.shape[1], keys.shape[2]
     q = (queries * scale).reshape(b, kv_heads, heads // kv_heads, length, dim)
@@ -101,17 +103,17 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
     cuts = [np.s_[..., lo:hi, :] for lo, hi in zip(bounds, bounds[1:], strict=False)]
     sums = _pool(parts).map(lambda cut: _exp_rows(s[cut], None if m is None else m[cut]), cuts)
     total = mx.array(np.concatenate(list(sums), axis=-2))
-    return ((scores @ values[:, :, None]) / total).reshape(b, heads, length, dim)
+    return ((scores @ values[:, :, None]) / total).reshape(b, heads, length, values.shape[-1])
 
 
 def applies(queries: mx.array, keys: mx.array, cache, sinks) -> bool:
     """Whether a model's attention call takes `attention`: see the module docstring."""
     return (
         _ENGINE.get()
+        and not hasattr(cache, "bits")  # mlx-lm's quantized KV cache (keys a tuple) has its own attention
         and keys.shape[-2] >= LONG_CONTEXT
         and queries.shape[-2] >= MIN_QUERIES
         and sinks is None
-        and not hasattr(cache, "bits")  # mlx-lm's quantized KV cache has its own attention
         and queries.dtype == mx.float32
         and mx.default_device() == mx.cpu
     )

@@ -14,11 +14,11 @@ from runtime.batch import BatchGenerator
 from runtime.sampling import SamplingParams, SamplingStrategy
 
 
-def inputs(batch, heads, kv_heads, queries, keys, seed=0):
+def inputs(batch, heads, kv_heads, queries, keys, seed=0, value_dim=16):
     mx.random.seed(seed)
     q = mx.random.normal((batch, heads, queries, 16))
     k = mx.random.normal((batch, kv_heads, keys, 16))
-    v = mx.random.normal((batch, kv_heads, keys, 16))
+    v = mx.random.normal((batch, kv_heads, keys, value_dim))
     return q, k, v
 
 
@@ -32,21 +32,25 @@ def left_padding_mask(batch, queries, keys):
 
 
 @pytest.mark.parametrize(
-    "batch,heads,kv_heads,queries,keys,mask",
+    "batch,heads,kv_heads,queries,keys,mask,value_dim",
     [
-        (1, 4, 4, 16, 40, None),
-        (1, 14, 2, 33, 300, "causal"),  # odd rows: the parts differ in size
-        (2, 4, 2, 17, 64, "bool"),
-        (2, 4, 1, 20, 64, "additive"),
-        (1, 4, 2, 1, 50, "causal"),  # one query: one part
+        (1, 4, 4, 16, 40, None, 16),
+        (1, 14, 2, 33, 300, "causal", 16),  # odd rows: the parts differ in size
+        (2, 4, 2, 17, 64, "bool", 16),
+        (2, 4, 1, 20, 64, "additive", 16),
+        (2, 4, 2, 20, 64, "bfloat16", 16),  # an additive mask NumPy has no dtype for
+        (1, 4, 2, 1, 50, "causal", 16),  # one query: one part
+        (1, 4, 4, 18, 64, "causal", 8),  # MLA models (deepseek_v2, minicpm3): values narrower than keys
     ],
 )
-def test_it_computes_what_mlx_fused_attention_does(batch, heads, kv_heads, queries, keys, mask):
-    q, k, v = inputs(batch, heads, kv_heads, queries, keys)
-    if mask == "bool":
+def test_it_computes_what_mlx_fused_attention_does(batch, heads, kv_heads, queries, keys, mask, value_dim):
+    q, k, v = inputs(batch, heads, kv_heads, queries, keys, value_dim=value_dim)
+    kind = mask
+    if kind == "bool":
         mask = left_padding_mask(batch, queries, keys)
-    elif mask == "additive":
+    elif kind in ("additive", "bfloat16"):
         mask = mx.where(left_padding_mask(batch, queries, keys), 0.0, -mx.inf) + mx.random.normal((1, heads, 1, keys))
+        mask = mask.astype(mx.bfloat16) if kind == "bfloat16" else mask
     want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
     got = attention.attention(q, k, v, 0.25, mask)
     assert got.shape == want.shape and got.dtype == mx.float32
@@ -129,3 +133,21 @@ def test_long_prompts_give_mlx_lms_tokens_alone_and_batched(long_tiny_model, mon
                 results[row.tag] = delta.result.token_ids
     assert [results[0], results[1]] == want
     assert calls
+
+
+def test_a_quantized_kv_cache_keeps_mlx_lms_attention(monkeypatch):
+    """mlx-lm's quantized KV cache hands the attention (data, scales, biases) tuples, for its own
+    quantized attention: the route must not look into them. (That attention is not compared: on
+    this backend two identical calls of it differ.)"""
+    from mlx_lm.models.cache import QuantizedKVCache
+
+    attention.install()
+    monkeypatch.setattr(attention, "LONG_CONTEXT", 16)  # this context would take the NumPy path
+    cache = QuantizedKVCache(group_size=64, bits=8)
+    q, k, v = inputs(1, 4, 4, 16, 16)
+    q, k, v = (mx.concatenate([a] * 4, axis=-1) for a in (q, k, v))  # head size 64: a quantization group
+    keys, values = cache.update_and_fetch(k, v)
+    with attention.engine():
+        assert not attention.applies(q, keys, cache, None)
+        got = qwen2.scaled_dot_product_attention(q, keys, values, cache=cache, scale=0.125, mask=None)
+    assert got.shape == q.shape and mx.isfinite(got).all().item()
