@@ -10,8 +10,8 @@ chunks. Measured against the same requests alone, on one server, greedy:
 - the long prompt's own TTFT (s) beside the others, against alone (goal: no more than 15 % worse).
 
 Every prompt starts with a fresh nonce, so the prefix cache never serves one. The long prompt's size
-is `--long-tokens` (default 4096: about a minute of prefill on 2 CPU cores; the issue's 20k takes
-about 6 minutes per run here).
+is `--long-tokens` (default 4096: about 40 s of prefill on 2 CPU cores; the issue's 20k takes
+about 8 minutes per run here).
 
     python -m benchmarks.interleave [MODEL] [--long-tokens 4096] [--short-tokens 200]
         [--out benchmarks/results/interleave.json]
