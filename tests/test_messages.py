@@ -78,6 +78,25 @@ def test_the_stream_is_the_sdk_event_order_and_agrees_with_the_whole_reply(tiny)
     ]
 
 
+def test_a_stream_waiting_on_its_prefill_sends_pings(slow_tiny_model, monkeypatch):
+    """While a prompt prefills, the stream is not silent: Claude Code aborts a Messages stream with
+    no event for 300 s and retries it from scratch (seen with its full default prompt on this CPU).
+    Here every forward pass is 5 ms slower and a ping is due after 1 ms without an event."""
+    from coreai.server.anthropic import reply
+
+    monkeypatch.setattr(reply, "PING_SECONDS", 0.001)
+    kw = dict(model="tiny", max_tokens=4, messages=[{"role": "user", "content": "Say something. " * 150}])
+    config = ServerConfig(model_name="tiny", max_tokens=480, temperature=0.0)
+    with serve_in_thread(slow_tiny_model, config) as base:
+        raw = httpx.post(base + "/v1/messages", json={**kw, "stream": True}, timeout=60).text
+        with client(base).messages.stream(**kw) as stream:  # the SDK reads the pings as Anthropic's
+            final = stream.get_final_message()
+    kinds = [line.split(": ", 1)[1] for line in raw.splitlines() if line.startswith("event: ")]
+    first_block = kinds.index("content_block_start")
+    assert kinds[0] == "message_start" and kinds[1:first_block].count("ping") >= 2, kinds[:first_block]
+    assert kinds[-1] == "message_stop" and final.usage.output_tokens == 4
+
+
 def test_a_stop_sequence_is_reported(tiny):
     whole = client(tiny).messages.create(model="tiny", max_tokens=40, messages=USER)
     text = whole.content[0].text

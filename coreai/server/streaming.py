@@ -57,9 +57,11 @@ async def _collect(job: Job, request: Request) -> tuple[list[Piece], GenerationR
             pieces.append(item)
 
 
-async def merge(streams: list[AsyncIterator[dict]]) -> AsyncIterator[dict]:
+async def merge(streams: list[AsyncIterator[dict]], keepalive: tuple[float, dict] | None = None) -> AsyncIterator[dict]:
     """The items of several async iterators, in the order they come. An error in one is raised here
-    after the others end; closing this closes them all."""
+    after the others end; closing this closes them all. keepalive: (seconds, item): a copy of the
+    item whenever none came for that long, so a stream waiting on a long prefill is not taken for a
+    dead one (Claude Code aborts a Messages stream silent for 300 s, then retries it from scratch)."""
     items: asyncio.Queue = asyncio.Queue()
     ended = object()
 
@@ -75,7 +77,12 @@ async def merge(streams: list[AsyncIterator[dict]]) -> AsyncIterator[dict]:
     try:
         running = len(tasks)
         while running:
-            item = await items.get()
+            try:
+                item = await asyncio.wait_for(items.get(), keepalive[0]) if keepalive else await items.get()
+            except TimeoutError:
+                assert keepalive is not None  # only a timed get times out
+                yield dict(keepalive[1])
+                continue
             if item is ended:
                 running -= 1
             else:

@@ -28,11 +28,12 @@ from collections.abc import AsyncIterator
 from coreai.server.anthropic.errors import error_body
 from coreai.server.anthropic.request import input_json
 from coreai.server.dispatch import Collected
-from coreai.server.streaming import named_sse
+from coreai.server.streaming import merge, named_sse
 from coreai.service import Finish, Job, ReplyEvents, finish_of, job_events
 from coreai.service.events import CallArguments, CallDone, CallOpened, ContentDelta, ReasoningDelta
 from runtime import GenerationResult
 
+PING_SECONDS = 15.0  # a ping after this long without an event: clients' stream-idle watchdogs are minutes
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "error": "refusal", "stop": "end_turn"}
 
 
@@ -190,6 +191,7 @@ class _Blocks:
 
 
 def sse(stream: AsyncIterator[dict]) -> AsyncIterator[str]:
-    """The Messages stream as server-sent events; a server fault after the first event is an
-    `error` event, as Anthropic sends it."""
-    return named_sse(stream, error_body)
+    """The Messages stream as server-sent events, with a `ping` event after every `PING_SECONDS`
+    without one (a prompt prefilling for minutes; Anthropic's streams carry pings too); a server
+    fault after the first event is an `error` event, as Anthropic sends it."""
+    return named_sse(merge([stream], keepalive=(PING_SECONDS, {"type": "ping"})), error_body)
