@@ -8,6 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 from mlx_lm.models import base, qwen2
+from mlx_lm.models.cache import make_prompt_cache
 
 from runtime import attention
 from runtime.batch import BatchGenerator
@@ -151,3 +152,28 @@ def test_a_quantized_kv_cache_keeps_mlx_lms_attention(monkeypatch):
         assert not attention.applies(q, keys, cache, None)
         got = qwen2.scaled_dot_product_attention(q, keys, values, cache=cache, scale=0.125, mask=None)
     assert got.shape == q.shape and mx.isfinite(got).all().item()
+
+
+def test_the_default_model_at_a_long_prompt_gives_mlx_lms_tokens(qwen_model, monkeypatch):
+    """The real model (float32 on the CPU) with a 1,100-token prompt: the engine's prefill takes the
+    NumPy softmax and its greedy tokens are mlx-lm's own generation's (the fused call)."""
+    from mlx_lm.generate import generate_step
+
+    calls = []
+    real = attention.attention
+    monkeypatch.setattr(attention, "attention", lambda *a: calls.append(a[2].shape[2]) or real(*a))
+    text = "def f(x):\n    return x * 2\n" * 120 + "# what does f(21) return?\n"
+    ids = qwen_model.prompt_ids(text, chat_template=False)[:1100]
+    assert len(ids) == 1100
+    steps = generate_step(mx.array(ids), qwen_model.network, max_tokens=12, sampler=lambda x: mx.argmax(x, axis=-1))
+    want = [int(t) for t, _ in steps]
+    assert calls == []
+    got = qwen_model.generate(ids, max_tokens=12, temperature=0.0, chat_template=False).token_ids
+    assert got == want
+    assert calls and max(calls) >= 1024
+    # the logits of one whole-prompt pass (1,100 queries, 1,100 keys), against the fused call's
+    net = qwen_model.network
+    fused = net(mx.array(ids)[None], cache=make_prompt_cache(net))[0, -1]
+    with attention.engine():
+        ours = net(mx.array(ids)[None], cache=make_prompt_cache(net))[0, -1]
+    assert mx.abs(ours - fused).max().item() < 1e-3 * mx.abs(fused).max().item()
