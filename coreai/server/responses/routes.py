@@ -35,7 +35,7 @@ from coreai.server.responses.namespaces import flatten
 from coreai.server.responses.request import generation_request, ignored
 from coreai.server.responses.schemas import new_id
 from coreai.server.responses.store import ResponseStore, output_messages
-from coreai.server.responses.stream import events, sse_events
+from coreai.server.responses.stream import events, keepalive, sse_events
 from coreai.server.state import ServerState
 from coreai.service import Finish, GenerationJob, GenerationRequest, Job, ReplyEvents, finish_of
 from runtime import GenerationResult
@@ -230,9 +230,11 @@ class ResponsesReply:
             self.keep = keep
 
     def stream(self, jobs: list[Job]) -> AsyncGenerator[dict]:
-        """The Responses events (not yet numbered), the final response kept as `complete` keeps it."""
+        """The Responses events (not yet numbered), the final response kept as `complete` keeps it;
+        `response.in_progress` again while none comes for a while (`stream.keepalive`: SSE and the
+        WebSocket alike)."""
         [job] = jobs
-        return stored(events(self.builder, self.events, job), self.keep)
+        return keepalive(self.builder, stored(events(self.builder, self.events, job), self.keep))
 
     def sse(self, jobs: list[Job]) -> AsyncIterator[str]:
         return sse_events(self.stream(jobs))

@@ -2,8 +2,9 @@
 (`coreai.service.events`).
 
 Events, in the order and with the names of OpenAI's stream (each with a `sequence_number` from 0):
-`response.created`, `response.in_progress`; per output item `response.output_item.added`, then for
-a reasoning item `response.content_part.added`, `response.reasoning_text.delta`... /
+`response.created`, `response.in_progress` (sent again, the same response object, after every
+`KEEPALIVE_SECONDS` without an event: `keepalive`); per output item `response.output_item.added`,
+then for a reasoning item `response.content_part.added`, `response.reasoning_text.delta`... /
 `.done`, `response.content_part.done`; for a message the same with `response.output_text.*`; for a
 function call `response.function_call_arguments.delta` (the argument fragments as they were decoded)
 / `.done` (a custom tool's call: `response.custom_tool_call_input.delta` / `.done`, its raw input),
@@ -17,14 +18,20 @@ of the items streamed. A server fault mid-stream is an `error` event.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import cast
 
 from coreai.server.openai.family import TokenLogprob, chat_logprobs
 from coreai.server.responses import schemas as r
 from coreai.server.responses.schemas import new_id
-from coreai.server.streaming import named_sse
+from coreai.server.streaming import merge, named_sse
 from coreai.service import Finish, Job, ReplyEvents, job_events
 from coreai.service.events import CallArguments, CallDone, CallOpened, ContentDelta, ReasoningDelta
+
+# `response.in_progress` again after this long without an event (seconds): Codex aborts a stream
+# with no parsed event for `stream_idle_timeout_ms` (300 s by default; SSE comments do not count)
+# and retries it from scratch, and a CPU prefill of its prompt can take longer than that.
+KEEPALIVE_SECONDS = 15.0
 
 FINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 
@@ -161,7 +168,7 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
     render = _Renderer(builder)
     try:
         yield {"type": "response.created", "response": builder.response().model_dump()}
-        yield {"type": "response.in_progress", "response": builder.response().model_dump()}
+        yield in_progress(builder)
         async for event in job_events(job, reply):
             if builder.compaction and isinstance(event, (ReasoningDelta, ContentDelta)):
                 continue  # the summary is sent as the compaction item, once whole
@@ -182,6 +189,23 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
                 yield item
     finally:
         job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
+
+
+def in_progress(builder) -> dict:
+    """The `response.in_progress` event of the request `builder` answers (`ResponseBuilder`): its
+    response with status "in_progress" and no output."""
+    return {"type": "response.in_progress", "response": builder.response().model_dump()}
+
+
+def keepalive(builder, stream: AsyncIterator[dict]) -> AsyncGenerator[dict]:
+    """`stream`'s events, with `in_progress(builder)` sent again whenever none came for
+    `KEEPALIVE_SECONDS` (read at the call), so a stream waiting on a long prefill is not taken for
+    a dead one. The first keepalive always follows `response.created` and the first
+    `response.in_progress`: `events` yields both before it awaits anything, in the first step of
+    `merge`'s pump task, which runs before a wait can time out. Closing this closes `stream` (and
+    so ends the job: `events`)."""
+    again = (KEEPALIVE_SECONDS, in_progress(builder))
+    return cast("AsyncGenerator[dict]", merge([stream], keepalive=again))  # merge is an async generator
 
 
 def sse_events(stream: AsyncIterator[dict]) -> AsyncIterator[str]:

@@ -4,8 +4,10 @@
 Each text message is one request: `{"type": "response.create", ...the body of POST /v1/responses}`,
 answered by the same events as the SSE stream (`stream.py`: `response.created` ... the final
 `response.completed` / `.incomplete` / `.failed`), each a JSON text message numbered by
-`sequence_number`, the messages of one connection handled one at a time. `generate: false` (Codex's
-prewarm) answers `response.created` and `response.completed` with no output and generates nothing.
+`sequence_number`, the messages of one connection handled one at a time; `response.in_progress` is
+sent again while a long prefill sends nothing (`stream.keepalive`: Codex drops a socket silent for
+its `stream_idle_timeout_ms`). `generate: false` (Codex's prewarm) answers `response.created` and
+`response.completed` with no output and generates nothing.
 The connection keeps its own responses (`store: false` ones too), so its next request may name
 one as `previous_response_id` and send only the new items.
 
