@@ -52,6 +52,9 @@ class KVBatch:
     network: an mlx-lm model returning logits [batch, seq, vocab]. max_batch: rows decoding together
     (>= 1). prompt_cache: an mlx-lm `LRUPromptCache` or None. prefill_step_size: prompt tokens per
     prefill chunk (> 0).
+    Counters since it was made: `prefills` (rows added), `prefill_tokens` (prompt tokens the
+    prefill passes computed, a shared row's once), `cached_tokens` (prompt tokens found in the
+    prefix cache or copied from another waiting row).
     """
 
     def __init__(self, network, max_batch: int, prompt_cache: LRUPromptCache | None, prefill_step_size: int):
@@ -67,6 +70,7 @@ class KVBatch:
         # A row's KV can be trimmed (rejected drafts, rollback) only in plain KV caches: a rotating
         # (sliding-window) one may have overwritten what a trim would uncover.
         self.trimmable = all(type(c) is KVCache for c in make_prompt_cache(network))
+        self.prefills = self.prefill_tokens = self.cached_tokens = 0
 
     def clear(self) -> None:
         """Drop every row, decoding or waiting (after a failed pass: their KV state is unknown)."""
@@ -86,6 +90,8 @@ class KVBatch:
         cache = cache or make_prompt_cache(self.network)
         slot = Slot(rid, cache, list(prompt_ids[reused:]), list(prompt_ids[:reused]), reused)
         self.waiting.append(slot)
+        self.prefills += 1
+        self.cached_tokens += reused
         return slot
 
     def run(self, plan: StepPlan) -> dict[int, mx.array]:
@@ -189,12 +195,14 @@ class KVBatch:
             ]
             if donors:
                 donor = max(donors, key=lambda o: len(o.tokens))
+                self.cached_tokens += len(donor.tokens) - len(slot.tokens)
                 slot.cache, slot.tokens = copy.deepcopy(donor.cache), list(donor.tokens)
                 slot.pending = prompt[len(donor.tokens) :]
 
     def _prefill_alone(self, slot: Slot) -> None:
         """One chunk of a row's prompt into its own KV cache."""
         n = min(self.prefill_step_size, len(slot.pending) - 1)
+        self.prefill_tokens += n
         with engine():
             self.network(mx.array(slot.pending[:n])[None], cache=slot.cache)
         assert slot.cache is not None  # a waiting row has its own cache
@@ -215,6 +223,7 @@ class KVBatch:
         chunks = [s.pending[:-1] for s in unique]
         lengths = [len(c) for c in chunks]
         width = max(lengths)
+        self.prefill_tokens += sum(lengths)
         if width:
             padding = [width - n for n in lengths]
             for c in merged:

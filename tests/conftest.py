@@ -240,7 +240,7 @@ def tiny_tokenizer(tiny_model):
     return tiny_model.tokenizer
 
 
-class _SlowNetwork:
+class SlowNetwork:
     """A network whose every forward pass takes `delay` seconds longer."""
 
     def __init__(self, network, delay: float):
@@ -262,5 +262,5 @@ def slow_tiny_model(tiny_model_dir):
     from runtime import load_model
 
     model = load_model(tiny_model_dir)
-    model.network = _SlowNetwork(model.network, 0.005)
+    model.network = SlowNetwork(model.network, 0.005)
     return model

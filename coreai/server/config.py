@@ -65,6 +65,9 @@ class ServerConfig:
     loop_guard: a tool call identical (name and arguments) to one the conversation already answered
         is excluded by the grammar, so a small model that loops must answer or call something new
         (`guided.tools.loop_guard`); off by default.
+    strip_markers: agent clients' volatile prompt markers (Claude Code's billing line, ...) are
+        removed before the prompt is rendered, so sessions share the KV cache of their long prefix
+        (`coreai.service.markers`); each removal is named in `x-coreai-ignored`. On by default.
 
     Raises `runtime.errors.ParameterError` (a ValueError naming the field in `param`) for a setting
     out of range, the sampling defaults included.
@@ -92,6 +95,7 @@ class ServerConfig:
     schema_hint_budget: int | None = None
     whitespace: str | None = None
     loop_guard: bool = False
+    strip_markers: bool = True
 
     def settings(self) -> Settings:
         """What the generation service gives every request where it says nothing."""
@@ -106,6 +110,7 @@ class ServerConfig:
             max_tokens_limit=self.max_tokens,
             speculative=self.speculative,
             loop_guard=self.loop_guard,
+            strip_markers=self.strip_markers,
         )
 
     def sampling(self) -> dict:

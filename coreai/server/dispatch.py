@@ -132,7 +132,7 @@ async def dispatch(server: ServerState, request: Request, call: Call) -> Respons
     jobs = submit(server, job, generation.names)
     reply = call.reply(job)
     headers = enforcement_headers(job.constraint) if job.constraint is not None else {}
-    headers |= ignored_headers(call.ignored())
+    headers |= ignored_headers([*call.ignored(), *(f"{name} (removed from the prompt)" for name in job.removed)])
     if call.stream:
         return StreamingResponse(reply.sse(jobs), media_type="text/event-stream", headers=headers)
     collected = await collect(jobs, request)

@@ -35,13 +35,16 @@ v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)], responses=
 @router.get("/health")
 async def health(server: Server):
     """The model served, its load (generations running as batch rows, and waiting for one), its
-    memory in bytes (`memory`: the KV bound, the running rows' worst case, the prefix cache) and its
-    ranks (`distributed`: null for one process); 503 once a distributed model is lost."""
+    memory in bytes (`memory`: the KV bound, the running rows' worst case, the prefix cache), its
+    counters (`stats`: prefills, prompt tokens computed and read from the cache, prompt markers
+    removed, resends held and attached: `Service.stats`) and its ranks (`distributed`: null for one
+    process); 503 once a distributed model is lost."""
     running, waiting = server.worker.load()
     body = {"status": "ok", "model": server.name, "running": running, "waiting": waiting}
     if server.aliases:
         body["aliases"] = server.aliases
     body["memory"] = server.service.memory()
+    body["stats"] = server.service.stats()
     body["distributed"] = server.distributed
     if server.lost is not None:
         return JSONResponse({**body, "status": "lost", "error": server.lost}, status_code=503)

@@ -26,11 +26,12 @@ DISCONNECT_POLL = 0.5  # seconds between checks that a non-streaming client is s
 async def collect(jobs: list[Job], request: Request) -> list[tuple[list[Piece], GenerationResult]] | None:
     """Each job's pieces and result (non-streaming; a request's `n` choices are jobs of their own).
     Checks for a client disconnect twice a second, also while pieces keep arriving; then cancels
-    every job and returns None."""
+    every job and returns None (`Job.release`: a job the client left before its first token waits
+    a moment for the same request sent again)."""
     outcomes = await asyncio.gather(*(_collect(job, request) for job in jobs))
     if any(result is None for _, result in outcomes):
         for job in jobs:
-            job.cancel.set()
+            job.release()
         return None
     return cast("list[tuple[list[Piece], GenerationResult]]", outcomes)  # no result is None
 
@@ -46,7 +47,7 @@ async def _collect(job: Job, request: Request) -> tuple[list[Piece], GenerationR
             item = None
         if time.monotonic() >= next_check:
             if await request.is_disconnected():
-                job.cancel.set()
+                job.release()
                 return pieces, None
             next_check = time.monotonic() + DISCONNECT_POLL
         if item is Job.END:

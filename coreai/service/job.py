@@ -22,7 +22,9 @@ class GenerationJob:
     (0-20) with each. speculative: the speculative-decoding option of `Model.stream`
     ("prompt_lookup", "draft", a draft Model, None). reasoning: the reasoning plan
     (`runtime.reasoning.plan_reasoning`: a thinking model's block, its budget), or None.
-    n: the request's choices (`choices()`). origins: pieces carry each token's origin."""
+    n: the request's choices (`choices()`). origins: pieces carry each token's origin.
+    removed: the volatile prompt markers taken out of the messages (`coreai.service.markers`), by
+    rule name. key: what makes two requests the same generation (`request.resend_key`; None: none)."""
 
     prompt_ids: list[int]
     sampling: SamplingParams
@@ -35,6 +37,8 @@ class GenerationJob:
     reasoning: ReasoningPlan | None = None
     n: int = 1
     origins: bool = False
+    removed: tuple[str, ...] = ()
+    key: str | None = None
 
     def choices(self) -> list[GenerationJob]:
         """The generations of the `n` choices: choice i is seeded `seed + i` (mod 2**64), so seeded

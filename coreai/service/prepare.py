@@ -11,6 +11,7 @@ on a thread-pool thread, so a bad request is refused before it queues.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ from typing import Any, cast
 from jinja2 import TemplateError
 
 from coreai.service.job import GenerationJob
-from coreai.service.request import GenerationRequest, RequestError
+from coreai.service.markers import strip_markers
+from coreai.service.request import GenerationRequest, RequestError, resend_key
 from guided import Constraint, GrammarCache, GrammarError, SchemaError, default_cache, render_prompt
 from runtime import SamplingParams
 from runtime.errors import InputError
@@ -43,6 +45,8 @@ class Settings:
         engine cannot use the model's tokenizer (then every constrained request is refused).
         loop_guard: a call identical (name and arguments) to one the conversation already answered
         is excluded by the grammar (`answered_calls`, `guided.tools.loop_guard`).
+        strip_markers: agent clients' volatile prompt markers are removed from the messages before
+        the prompt is rendered (`coreai.service.markers`; the server's setting, never the CLI's).
     """
 
     whitespace: str | None = None
@@ -55,6 +59,7 @@ class Settings:
     speculative: Any = None
     guided: bool = True
     loop_guard: bool = False
+    strip_markers: bool = False
 
 
 def answer_constraint(
@@ -152,6 +157,10 @@ def prepare(
     `schema_in_prompt` without a JSON answer, a template that cannot render the messages, token ids
     outside the vocabulary, a prompt filling the context), the constraint's errors, and
     `ParameterError` for the budget and sampling, each naming the front end's field."""
+    removed: list[str] = []
+    if settings.strip_markers and isinstance(req.messages, list) and req.messages and isinstance(req.messages[0], dict):
+        messages, removed = strip_markers(req.messages)
+        req = dataclasses.replace(req, messages=messages)
     names = req.names
     asking = _constrained_field(req)
     if not settings.guided and asking is not None:
@@ -195,6 +204,8 @@ def prepare(
         reasoning=reasoning,
         n=req.n,
         origins=req.origins,
+        removed=tuple(removed),
+        key=resend_key(req),
     )
 
 

@@ -9,6 +9,9 @@ sampling `ParameterError`) names the front end's own field in `param`, never ren
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,3 +102,16 @@ class GenerationRequest:
     speculative: Any = None
     parse_special: bool = False
     origins: bool = False
+
+
+def resend_key(req: GenerationRequest) -> str | None:
+    """A hash (hex SHA-256) of everything in `req` that decides its generation, so that a request a
+    client sends again (a resend after its stream-idle watchdog gave up) is known as the same one
+    (`coreai.service.resend`). None where a resend cannot be told by value: a request bringing a
+    compiled constraint or a draft model (the Python API's objects), or asking for n > 1 choices."""
+    if req.constraint is not None or req.n != 1 or not isinstance(req.speculative, str | None):
+        return None
+    fields = {f.name: getattr(req, f.name) for f in dataclasses.fields(req) if f.name != "names"}
+    fields["unlisted_tools"] = sorted(req.unlisted_tools)
+    text = json.dumps(fields, sort_keys=True, default=repr, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()

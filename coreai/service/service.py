@@ -6,6 +6,7 @@ same `prepare` and run the job alone (`coreai.service.run`)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from coreai.service.job import GenerationJob
 from coreai.service.memory import KVBudget, default_max_kv_bytes, kv_bytes_per_token
 from coreai.service.prepare import Settings, prepare
 from coreai.service.request import GenerationRequest, Names, RequestError
+from coreai.service.resend import Resends
 from coreai.service.worker import Job, Worker
 from guided import GrammarCache, TokenizerInfo, get_tokenizer_info
 from runtime import Model
@@ -63,6 +65,8 @@ class Service:
         self.kv = KVBudget(kv_bytes_per_token(model), max_kv_bytes)
         self.engine = Engine(model, max_batch, prompt_cache_bytes, prompt_cache_dir)
         self.worker = Worker(max_queue, max_batch, self.engine, heartbeat, admit=self._admit)
+        self.resends = Resends()
+        self.markers_removed: collections.Counter[str] = collections.Counter()  # by rule, over prepared requests
 
     def _admit(self, running: list[GenerationJob], job: GenerationJob) -> bool:
         return self.kv.fits([_row(j) for j in running], _row(job))
@@ -85,16 +89,39 @@ class Service:
             "mlx_cache_bytes": mx.get_cache_memory(),
         }
 
+    def stats(self) -> dict:
+        """Counters since start: `prefills` (rows that started a prefill), `prefill_tokens` (prompt
+        tokens the forward passes computed; the rest came from the prefix cache), `cached_tokens`
+        (prompt tokens read from the prefix cache), `markers_removed` (volatile prompt markers
+        taken out, by rule: `coreai.service.markers`), `resends` (`held`: jobs whose client left
+        before the first token, kept for a resend; `attached`: resends that got one; `expired`:
+        held jobs cancelled, no resend came)."""
+        kv = self.engine.batch.kv
+        r = self.resends
+        return {
+            "prefills": kv.prefills,
+            "prefill_tokens": kv.prefill_tokens,
+            "cached_tokens": kv.cached_tokens,
+            "markers_removed": dict(self.markers_removed),
+            "resends": {"held": r.held, "attached": r.attached, "expired": r.expired},
+        }
+
     def prepare(self, req: GenerationRequest) -> GenerationJob:
         """`coreai.service.prepare.prepare` with this service's model, grammars and settings."""
-        return prepare(self.model, req, self.cache, self.settings)
+        job = prepare(self.model, req, self.cache, self.settings)
+        self.markers_removed.update(job.removed)
+        return job
 
     def submit(self, job: GenerationJob, names: Names | None = None) -> list[Job]:
         """Queue `job`'s `n` choices, all or none. Raises `RequestError` naming `names.n` when they
         could never fit, `worker.QueueFull` (with `retry_after`) when the queue is full, `worker.
         Closed` once the worker stops admitting (shutting down, a lost distributed model). A choice
-        whose KV cache could not fit the bound even alone is a `RequestError` naming `names.max_tokens`."""
+        whose KV cache could not fit the bound even alone is a `RequestError` naming `names.max_tokens`.
+        A job of the same `key` whose client left before its first token (`Resends`) is returned
+        instead of queueing another: its reader is now the caller."""
         names = names or Names()
+        if (held := self.resends.attach(job.key)) is not None:
+            return [held]  # the same request, sent again after its client gave up on the first
         if not self.kv.fits([], _row(job)):
             need, prompt = self.kv.bytes([_row(job)]), len(job.prompt_ids)
             raise RequestError(
@@ -110,7 +137,10 @@ class Service:
                 f"(max_batch {self.max_batch} + max_queue {self.max_queue})",
                 names.n,
             )
-        return self.worker.submit(job.choices())
+        jobs = self.worker.submit(job.choices())
+        for j in jobs:
+            j.on_release = self.resends.release
+        return jobs
 
 
 def _row(job: GenerationJob) -> tuple[int, int]:

@@ -66,14 +66,25 @@ class Batch(Protocol):
 
 class Job:
     """One request's generation (`params`, given to the batch) and the channel its results come back
-    through (to one asyncio loop)."""
+    through (to one asyncio loop). `read`: items its reader has taken. `on_release`: what `release`
+    does instead of cancelling (the service's resend coalescing), or None."""
 
     def __init__(self, params: Any, loop: asyncio.AbstractEventLoop):
         self.params = params
         self.cancel = threading.Event()
         self.started = 0.0  # time.perf_counter() when it joined the batch
+        self.read = 0
+        self.on_release: Callable[[Job], None] | None = None
         self._loop = loop
         self._items: asyncio.Queue = asyncio.Queue()
+
+    def release(self) -> None:
+        """Its reader stops reading (done, or the client left): the job is cancelled (a no-op once
+        it ended), or handed to `on_release`."""
+        if self.on_release is None:
+            self.cancel.set()
+        else:
+            self.on_release(self)
 
     def put(self, item) -> None:
         """Deliver an item (from the worker thread)."""
@@ -85,6 +96,7 @@ class Job:
     async def get(self) -> Any:
         """The next item; `Job.END` when the work is done. Re-raises an exception the work raised."""
         item = await self._items.get()
+        self.read += 1
         if isinstance(item, BaseException):
             raise item
         return item

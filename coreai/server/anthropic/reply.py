@@ -150,7 +150,7 @@ class MessageReply:
                 for item in out:
                     yield item
         finally:
-            job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
+            job.release()  # a no-op once the job ended; frees the worker if the client left (`Job.release`)
 
     def _end(self, event: Finish) -> list[dict]:
         reason, sequence = stop_reason(event)

@@ -184,7 +184,7 @@ class ChatReply(_Reply):
                     delta = o.ChunkDelta(tool_calls=[chunk_tool_call(event, kinds[event.index])])
                     yield self.chunk(index, delta, None, self._logprobs(event.logprobs))
         finally:
-            job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
+            job.release()  # a no-op once the job ended; frees the worker if the client left (`Job.release`)
 
     def _logprobs(self, entries: list[TokenLogprob]) -> o.ChoiceLogprobs | None:
         return self.logprobs(entries) if entries and self.req.logprobs else None
@@ -242,4 +242,4 @@ class CompletionReply(_Reply):
             if results[index] is not None:
                 yield self.chunk(index, "", decided(results[index]).finish)
         finally:
-            job.cancel.set()
+            job.release()
