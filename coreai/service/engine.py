@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache
 
 from coreai.service.job import GenerationJob
-from coreai.service.prefix_store import KeptPromptCache, PrefixStore, fingerprint
+from coreai.service.prefix_store import KeptPromptCache, PrefixStore, key_parts
 from coreai.service.worker import Job
 from guided import Generation
 from runtime import Model, SamplingStrategy, make_drafter
@@ -64,7 +65,9 @@ class Engine:
     max_batch: requests decoding together (>= 1). prompt_cache_bytes: the prefix cache's bound in
     bytes of KV cache (0 turns it off; on a distributed model, bytes of this rank's shard of it).
     prompt_cache_dir: a folder where its newest entries are kept when the engine closes and read
-    back when it starts (`PrefixStore`; None: none; not on a distributed model).
+    back when it starts (`PrefixStore`, keyed by the weights' content and the rest of `key_parts`;
+    a file or folder that cannot be read is skipped with a warning; None: none; not on a distributed
+    model).
     On rank 0 of a distributed model every step's plan goes to the other ranks (`model.leader`).
     """
 
@@ -76,9 +79,13 @@ class Engine:
         self.store = None
         cache: LRUPromptCache | None = None
         if prompt_cache_bytes > 0 and prompt_cache_dir and model.cluster is None:
-            self.store = PrefixStore(prompt_cache_dir, fingerprint(model), prompt_cache_bytes)
+            try:  # a store that cannot be read never stops the server: the cache starts empty
+                self.store = PrefixStore(prompt_cache_dir, key_parts(model, Path(prompt_cache_dir)), prompt_cache_bytes)
+            except OSError as exc:
+                log.warning("prefix cache not kept in %s: %s", prompt_cache_dir, exc)
             cache = KeptPromptCache(prompt_cache_bytes)
-            self.store.restore(cache, PROMPT_CACHE_KEY)
+            if self.store is not None:
+                self.store.restore(cache, PROMPT_CACHE_KEY)
         elif prompt_cache_bytes > 0:  # bounded by bytes only: the entry count is not what runs out
             cache = LRUPromptCache(max_size=1 << 30, max_bytes=prompt_cache_bytes)
         self.prompt_cache = cache
