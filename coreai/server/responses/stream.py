@@ -188,7 +188,7 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
             for item in out:
                 yield item
     finally:
-        job.cancel.set()  # a no-op once the job ended; frees the worker if the client left
+        job.release()  # a no-op once the job ended; frees the worker if the client left (`Job.release`)
 
 
 def in_progress(builder) -> dict:

@@ -73,8 +73,9 @@ class Connection:
         await self.websocket.send_text(json.dumps(event, ensure_ascii=False))
 
     def cancel(self) -> None:
+        """The running answer's jobs let go (`Job.release`: cancelled, or held for a resend)."""
         for job in self.jobs:
-            job.cancel.set()
+            job.release()
 
     async def answer(self, text: str) -> None:
         """The events of one message; a refused request is one `error` event."""
