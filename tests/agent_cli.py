@@ -134,6 +134,7 @@ class Exchange:
     body: dict | None
     status: int = 0
     reply: str = ""  # the reply's text (JSON, or the whole SSE stream)
+    reply_headers: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # until the reply's end
     ttft: float | None = None  # seconds until the first content block of a streamed reply (a call: once complete)
 
@@ -177,7 +178,7 @@ class Recorder:
         upstream = await client.send(
             client.build_request(request.method, path, content=raw, headers=forwarded), stream=True
         )
-        exchange.status = upstream.status_code
+        exchange.status, exchange.reply_headers = upstream.status_code, dict(upstream.headers)
 
         async def relay():
             try:

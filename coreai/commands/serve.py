@@ -121,6 +121,12 @@ def register(sub) -> None:
         "conversation already answered: a small model that loops must answer or call something new",
     )
     p.add_argument(
+        "--keep-prompt-markers",
+        action="store_true",
+        help="leave agent clients' volatile prompt markers (Claude Code's billing line, its total_tokens "
+        "countdown) in the prompt; by default they are removed so sessions share one cached prefix",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=int,
         default=defaults.max_body_bytes,
@@ -198,6 +204,7 @@ def run(args) -> int:
         prompt_cache_bytes=args.prompt_cache_bytes,
         prompt_cache_dir=args.prompt_cache_dir,
         loop_guard=args.loop_guard,
+        strip_markers=not args.keep_prompt_markers,
         max_body_bytes=args.max_body_bytes,
         speculative=None if args.speculative == "off" else args.speculative,
         grammar_journal=None if args.grammar_journal == "off" else args.grammar_journal,
