@@ -203,7 +203,7 @@ def keepalive(builder, stream: AsyncIterator[dict]) -> AsyncGenerator[dict]:
     a dead one. The first keepalive always follows `response.created` and the first
     `response.in_progress`: `events` yields both before it awaits anything, in the first step of
     `merge`'s pump task, which runs before a wait can time out. Closing this closes `stream` (and
-    so ends the job: `events`)."""
+    so lets go of the job: `events`)."""
     again = (KEEPALIVE_SECONDS, in_progress(builder))
     return cast("AsyncGenerator[dict]", merge([stream], keepalive=again))  # merge is an async generator
 
