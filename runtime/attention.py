@@ -13,6 +13,11 @@ no attention sinks, an unquantized KV cache, at least `LONG_CONTEXT` keys and `M
 (the NumPy step evaluates the graph up to the scores: fine inside a prefill chunk, which is
 evaluated anyway), and inside `engine()`. mlx-lm's own generation in the same process, Metal and
 short contexts keep MLX's fused call unchanged, bit for bit.
+
+Guards keep a wrong result impossible rather than unlikely; each falls back to mlx-lm's own
+call (the fused one), which is always correct:
+- `COREAI_CPU_ATTENTION=0` (or false, off, no) turns the route off: `install` rebinds nothing and an
+  already installed route takes the fused call (read at install and at every call).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from functools import cache
 import mlx.core as mx
 import numpy as np
 
+SWITCH = "COREAI_CPU_ATTENTION"  # 0, false, off or no: MLX's fused call everywhere
 LONG_CONTEXT = 1024  # keys; below it the softmax is a small part of the pass and the fused call stays
 MIN_QUERIES = 16  # a decode step (1 query a row) keeps the fused call: no evaluation mid-graph
 _ENGINE: ContextVar[bool] = ContextVar("coreai_attention_engine", default=False)
@@ -42,6 +48,12 @@ def engine() -> Iterator[None]:
         yield
     finally:
         _ENGINE.reset(token)
+
+
+def enabled() -> bool:
+    """False when the environment variable `COREAI_CPU_ATTENTION` is 0, false, off or no (any case):
+    then nothing is installed and every attention call is mlx-lm's. True when unset or anything else."""
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def _cores() -> int:
@@ -110,6 +122,7 @@ def applies(queries: mx.array, keys: mx.array, cache, sinks) -> bool:
     """Whether a model's attention call takes `attention`: see the module docstring."""
     return (
         _ENGINE.get()
+        and enabled()
         and not hasattr(cache, "bits")  # mlx-lm's quantized KV cache (keys a tuple) has its own attention
         and keys.shape[-2] >= LONG_CONTEXT
         and queries.shape[-2] >= MIN_QUERIES
@@ -123,7 +136,10 @@ def install() -> int:
     """Route the attention of every imported mlx-lm model module through `applies` / `attention`
     (mlx-lm's models call `mlx_lm.models.base.scaled_dot_product_attention`, bound by name at
     import). Idempotent; call after the model's module is imported (at load). Returns the number of
-    modules patched by this call."""
+    modules patched by this call: 0 as well when `enabled()` is False (the modules keep mlx-lm's
+    function)."""
+    if not enabled():
+        return 0
     from mlx_lm.models import base
 
     stock = base.scaled_dot_product_attention

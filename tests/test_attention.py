@@ -1,7 +1,7 @@
 """runtime.attention: the long-context attention of the engine's passes on the CPU (softmax in NumPy)
-against MLX's fused call, the gate that keeps everything else on the fused call bit for bit, and the
-real path: a tiny network's greedy tokens at a 1,500-token context, alone and batched, against
-mlx-lm's own generation."""
+against MLX's fused call, the gate that keeps everything else on the fused call bit for bit, the
+switch that falls back to it (COREAI_CPU_ATTENTION), and the real path: a tiny network's greedy
+tokens at a 1,500-token context, alone and batched, against mlx-lm's own generation."""
 
 from __future__ import annotations
 
@@ -91,6 +91,26 @@ def test_only_the_engines_long_prefill_passes_leave_the_fused_call(monkeypatch):
         assert calls == [(1, 4, attention.MIN_QUERIES, 16)]
         assert mx.allclose(got, fused, atol=1e-5).item()
     assert attention.install() == 0  # idempotent: every module already routes
+
+
+@pytest.mark.parametrize("value", ["0", "off", " False "])
+def test_the_switch_gives_mlx_lms_fused_call_everywhere(monkeypatch, value):
+    attention.install()
+    routed = qwen2.scaled_dot_product_attention
+    assert routed is not base.scaled_dot_product_attention
+    calls = []
+    monkeypatch.setattr(attention, "attention", lambda *a: calls.append(a) or pytest.fail("not the fused call"))
+    monkeypatch.setenv("COREAI_CPU_ATTENTION", value)
+    q, k, v = inputs(1, 4, 2, attention.MIN_QUERIES, attention.LONG_CONTEXT)
+    with attention.engine():  # an engine pass at long context: the NumPy path, were it on
+        assert not attention.applies(q, k, None, None)
+        got = routed(q, k, v, cache=None, scale=0.25, mask="causal")
+    assert mx.array_equal(got, mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")).item()
+    assert calls == []
+    # a model loaded with the switch off: its module keeps mlx-lm's own function
+    monkeypatch.setattr(qwen2, "scaled_dot_product_attention", base.scaled_dot_product_attention)
+    assert attention.install() == 0
+    assert qwen2.scaled_dot_product_attention is base.scaled_dot_product_attention
 
 
 @pytest.fixture(scope="module")
