@@ -18,10 +18,14 @@ Guards keep a wrong result impossible rather than unlikely; each falls back to m
 call (the fused one), which is always correct:
 - `COREAI_CPU_ATTENTION=0` (or false, off, no) turns the route off: `install` rebinds nothing and an
   already installed route takes the fused call (read at install and at every call).
+- `install` compares the signature of `mlx_lm.models.base.scaled_dot_product_attention` with the
+  router's; a new mlx-lm whose function differs keeps its own in every module, with one warning.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -32,6 +36,8 @@ from functools import cache
 
 import mlx.core as mx
 import numpy as np
+
+log = logging.getLogger("coreai.attention")
 
 SWITCH = "COREAI_CPU_ATTENTION"  # 0, false, off or no: MLX's fused call everywhere
 LONG_CONTEXT = 1024  # keys; below it the softmax is a small part of the pass and the fused call stays
@@ -54,6 +60,11 @@ def enabled() -> bool:
     """False when the environment variable `COREAI_CPU_ATTENTION` is 0, false, off or no (any case):
     then nothing is installed and every attention call is mlx-lm's. True when unset or anything else."""
     return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+@cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
 
 
 def _cores() -> int:
@@ -132,23 +143,67 @@ def applies(queries: mx.array, keys: mx.array, cache, sinks) -> bool:
     )
 
 
-def install() -> int:
-    """Route the attention of every imported mlx-lm model module through `applies` / `attention`
-    (mlx-lm's models call `mlx_lm.models.base.scaled_dot_product_attention`, bound by name at
-    import). Idempotent; call after the model's module is imported (at load). Returns the number of
-    modules patched by this call: 0 as well when `enabled()` is False (the modules keep mlx-lm's
-    function)."""
-    if not enabled():
-        return 0
-    from mlx_lm.models import base
-
-    stock = base.scaled_dot_product_attention
+def _route(stock):
+    """The router rebound in mlx-lm's model modules: `attention` where `applies`, else `stock`.
+    Its parameters are the ones `install` requires of mlx-lm's function."""
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
         if applies(queries, keys, cache, sinks):
             return attention(queries, keys, values, scale, mask)
         return stock(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
+    return scaled_dot_product_attention
+
+
+def _parameters(function) -> list[str]:
+    """`function`'s parameters as written (name, `*`/`**`, `=default`; no annotations), a `*`
+    entry before the keyword-only ones. Raises ValueError or TypeError when they cannot be read."""
+    params = inspect.signature(function).parameters.values()
+    plain = [str(p.replace(annotation=inspect.Parameter.empty)) for p in params]
+    kinds = [p.kind for p in params]
+    if inspect.Parameter.KEYWORD_ONLY in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds:
+        plain.insert(kinds.index(inspect.Parameter.KEYWORD_ONLY), "*")
+    return plain
+
+
+def _difference(stock, router) -> str | None:
+    """None when `stock` takes exactly `router`'s parameters (names, order, kinds, defaults;
+    annotations aside), else a sentence naming the difference."""
+    want = _parameters(router)
+    try:
+        have = _parameters(stock)
+    except (TypeError, ValueError) as exc:
+        return f"its signature cannot be read ({exc})"
+    if have == want:
+        return None
+    new = [p for p in have if p not in want]
+    gone = [p for p in want if p not in have]
+    what = "; ".join(
+        part for part in (new and "new: " + ", ".join(new), gone and "missing: " + ", ".join(gone)) if part
+    )
+    return f"({', '.join(have)}) where ({', '.join(want)}) is expected: {what or 'the order differs'}"
+
+
+def install() -> int:
+    """Route the attention of every imported mlx-lm model module through `applies` / `attention`
+    (mlx-lm's models call `mlx_lm.models.base.scaled_dot_product_attention`, bound by name at
+    import). Idempotent; call after the model's module is imported (at load). Returns the number of
+    modules patched by this call: 0 as well when `enabled()` is False, or when mlx-lm's function
+    does not take the router's parameters (a new mlx-lm): then the modules keep it, and one warning
+    (logger `coreai.attention`) names the difference. Raises nothing."""
+    if not enabled():
+        return 0
+    from mlx_lm.models import base
+
+    stock = base.scaled_dot_product_attention
+    scaled_dot_product_attention = _route(stock)
+    difference = _difference(stock, scaled_dot_product_attention)
+    if difference is not None:
+        _warn_once(
+            f"runtime.attention not installed: mlx_lm.models.base.scaled_dot_product_attention takes "
+            f"{difference}; MLX's fused attention call is used everywhere"
+        )
+        return 0
     patched = 0
     for name, module in list(sys.modules.items()):
         if name.startswith("mlx_lm.models.") and module is not base:

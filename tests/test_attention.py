@@ -1,9 +1,12 @@
 """runtime.attention: the long-context attention of the engine's passes on the CPU (softmax in NumPy)
 against MLX's fused call, the gate that keeps everything else on the fused call bit for bit, the
-switch that falls back to it (COREAI_CPU_ATTENTION), and the real path: a tiny network's greedy
-tokens at a 1,500-token context, alone and batched, against mlx-lm's own generation."""
+guards that fall back to it (the COREAI_CPU_ATTENTION switch, mlx-lm's signature checked at install),
+and the real path: a tiny network's greedy tokens at a 1,500-token context, alone and batched,
+against mlx-lm's own generation."""
 
 from __future__ import annotations
+
+import logging
 
 import mlx.core as mx
 import pytest
@@ -93,6 +96,19 @@ def test_only_the_engines_long_prefill_passes_leave_the_fused_call(monkeypatch):
     assert attention.install() == 0  # idempotent: every module already routes
 
 
+def attention_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "coreai.attention" and r.levelno >= logging.WARNING]
+
+
+@pytest.fixture
+def fresh_warnings(caplog):
+    """Warnings are given once a process: forget those of earlier tests, and capture this one's."""
+    attention._warn_once.cache_clear()
+    caplog.set_level(logging.WARNING, logger="coreai.attention")
+    yield caplog
+    attention._warn_once.cache_clear()
+
+
 @pytest.mark.parametrize("value", ["0", "off", " False "])
 def test_the_switch_gives_mlx_lms_fused_call_everywhere(monkeypatch, value):
     attention.install()
@@ -111,6 +127,34 @@ def test_the_switch_gives_mlx_lms_fused_call_everywhere(monkeypatch, value):
     monkeypatch.setattr(qwen2, "scaled_dot_product_attention", base.scaled_dot_product_attention)
     assert attention.install() == 0
     assert qwen2.scaled_dot_product_attention is base.scaled_dot_product_attention
+
+
+def _new_keyword(queries, keys, values, cache, scale, mask, sinks=None, window=None):
+    return base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
+
+
+def _renamed(queries, keys, values, cache, scale, attention_mask, sinks=None):
+    return base.scaled_dot_product_attention(queries, keys, values, cache, scale, attention_mask, sinks)
+
+
+def _keyword_only(queries, keys, values, cache, *, scale, mask, sinks=None):
+    return base.scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks)
+
+
+@pytest.mark.parametrize(
+    "other,named",
+    [(_new_keyword, "new: window=None"), (_renamed, "new: attention_mask; missing: mask"), (_keyword_only, "new: *")],
+)
+def test_a_new_mlx_lm_signature_is_not_patched_and_warned_once(monkeypatch, fresh_warnings, other, named):
+    """A new mlx-lm whose scaled_dot_product_attention takes other parameters: its model modules
+    (which bound the new function at import) keep it, and one warning names the difference."""
+    monkeypatch.setattr(base, "scaled_dot_product_attention", other)
+    monkeypatch.setattr(qwen2, "scaled_dot_product_attention", other)
+    assert attention.install() == 0
+    assert attention.install() == 0  # a second load: no second warning
+    assert qwen2.scaled_dot_product_attention is other
+    [warning] = attention_warnings(fresh_warnings)
+    assert "not installed" in warning and named in warning and "(queries, keys, values, cache, scale" in warning
 
 
 @pytest.fixture(scope="module")
