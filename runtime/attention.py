@@ -20,6 +20,9 @@ call (the fused one), which is always correct:
   already installed route takes the fused call (read at install and at every call).
 - `install` compares the signature of `mlx_lm.models.base.scaled_dot_product_attention` with the
   router's; a new mlx-lm whose function differs keeps its own in every module, with one warning.
+- The softmax is written into the scores only when NumPy's view of them is MLX's own buffer:
+  float32, their shape, C-contiguous, writable, and a probe written through the view is read back
+  by MLX (the check `guided.bitmask.TokenBitmask` makes of its buffers). Otherwise the fused call.
 """
 
 from __future__ import annotations
@@ -96,6 +99,29 @@ def _additive_mask(mask: mx.array | str | None, kv_heads: int, query_len: int, k
     return mask.reshape(b, kv_heads, h // kv_heads, rows, keys)
 
 
+def _as_numpy(array: mx.array) -> np.ndarray:
+    """NumPy's view of an evaluated MLX array (the buffer protocol: no copy in MLX 0.32)."""
+    return np.asarray(array)
+
+
+def _unsafe_to_write(array: mx.array, view: np.ndarray) -> str | None:
+    """Why writing into `view` in place would not change `array` (evaluated, float32) as intended,
+    or None when it would: `view` must be a float32 ndarray of `array`'s shape, C-contiguous (so a
+    row split is rows of the buffer) and writable, and a probe written into its first element must
+    be read back by MLX (then it is `array`'s own storage, not a copy). The element is restored."""
+    if not isinstance(view, np.ndarray) or view.dtype != np.float32 or view.shape != tuple(array.shape):
+        return "NumPy's view of the scores is not a float32 array of their shape"
+    if not view.flags.c_contiguous or not view.flags.writeable:
+        return "NumPy's view of the scores is not C-contiguous and writable"
+    first = (0,) * view.ndim
+    kept = view[first].copy()
+    probe = np.float32(0.5 if kept != 0.5 else -0.5)
+    view[first] = probe
+    seen = array[first].item() == probe
+    view[first] = kept
+    return None if seen else "a write into NumPy's view of the scores is not seen by MLX (a copy)"
+
+
 def _exp_rows(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     """In place: scores [.., Lp, S] become exp(scores + mask - row max); returns the row sums [.., Lp, 1]."""
     if mask is not None:
@@ -118,8 +144,12 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
     additive = _additive_mask(mask, kv_heads, length, key_len)
     mx.eval(scores) if additive is None else mx.eval(scores, additive)
     # NumPy shares the evaluated buffer and the softmax is written into it, as MLX's NumPy
-    # interop documents (`np.array(a, copy=False)`): no copy of the [.., L, S] scores either way.
-    s = np.array(scores, copy=False)
+    # interop documents: no copy of the [.., L, S] scores either way. Checked, never assumed.
+    s = _as_numpy(scores)
+    unsafe = _unsafe_to_write(scores, s)
+    if unsafe is not None:
+        _warn_once(f"runtime.attention: {unsafe}; the softmax is left to MLX's fused attention call")
+        return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     m = None if additive is None else np.broadcast_to(np.array(additive, copy=False), s.shape)
     parts = min(_cores(), length)
     bounds = [length * i // parts for i in range(parts + 1)]

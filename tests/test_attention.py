@@ -1,14 +1,15 @@
 """runtime.attention: the long-context attention of the engine's passes on the CPU (softmax in NumPy)
 against MLX's fused call, the gate that keeps everything else on the fused call bit for bit, the
-guards that fall back to it (the COREAI_CPU_ATTENTION switch, mlx-lm's signature checked at install),
-and the real path: a tiny network's greedy tokens at a 1,500-token context, alone and batched,
-against mlx-lm's own generation."""
+guards that fall back to it (the COREAI_CPU_ATTENTION switch, mlx-lm's signature checked at install,
+the in-place write checked on the scores buffer), and the real path: a tiny network's greedy tokens
+at a 1,500-token context, alone and batched, against mlx-lm's own generation."""
 
 from __future__ import annotations
 
 import logging
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from mlx_lm.models import base, qwen2
 from mlx_lm.models.cache import make_prompt_cache
@@ -155,6 +156,45 @@ def test_a_new_mlx_lm_signature_is_not_patched_and_warned_once(monkeypatch, fres
     assert qwen2.scaled_dot_product_attention is other
     [warning] = attention_warnings(fresh_warnings)
     assert "not installed" in warning and named in warning and "(queries, keys, values, cache, scale" in warning
+
+
+@pytest.mark.parametrize(
+    "conversion",
+    [
+        np.array,  # a copy: float32, the shape, contiguous and writable, but MLX never sees a write into it
+        lambda a: np.asarray(a)[..., ::-1],  # MLX's buffer, not C-contiguous
+        lambda a: np.asarray(a).astype(np.float64),  # another dtype
+        lambda a: np.asarray(a).reshape(-1),  # another shape
+        lambda a: np.lib.stride_tricks.as_strided(np.asarray(a), writeable=False),  # read-only
+    ],
+    ids=["copy", "not-contiguous", "float64", "flat", "read-only"],
+)
+def test_scores_unsafe_to_write_in_place_give_the_fused_call(monkeypatch, fresh_warnings, conversion):
+    monkeypatch.setattr(attention, "_as_numpy", conversion)
+    calls = []
+    monkeypatch.setattr(attention, "_exp_rows", lambda *a: calls.append(a) or pytest.fail("softmax written"))
+    q, k, v = inputs(2, 4, 2, 20, 64)
+    mask = left_padding_mask(2, 20, 64)
+    for _ in range(2):
+        got = attention.attention(q, k, v, 0.25, mask)
+        assert mx.array_equal(got, mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)).item()
+    assert calls == []
+    [warning] = attention_warnings(fresh_warnings)
+    assert "the softmax is left to MLX's fused attention call" in warning
+
+
+@pytest.mark.parametrize("first", [None, 0.5])  # 0.5: the element already holds the probe's first value
+def test_mlxs_own_buffer_passes_the_check_and_keeps_its_values(first):
+    scores = mx.random.normal((1, 2, 3, 5, 7))
+    if first is not None:
+        scores[0, 0, 0, 0, 0] = first
+    mx.eval(scores)
+    before = np.array(scores)
+    assert attention._unsafe_to_write(scores, np.asarray(scores)) is None
+    assert np.array_equal(np.array(scores), before)
+    copied = np.array(scores)
+    assert "not seen by MLX" in attention._unsafe_to_write(scores, copied)
+    assert np.array_equal(copied, before) and np.array_equal(np.array(scores), before)
 
 
 @pytest.fixture(scope="module")
