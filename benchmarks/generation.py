@@ -16,7 +16,7 @@ import math
 import platform
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from types import SimpleNamespace
 
 from runtime import SamplingStrategy, stream_tokens  # first: the BLAS set-up before mlx.core (runtime.blas)
@@ -113,7 +113,7 @@ def _header(model) -> dict:
     import mlx_lm
 
     return dict(
-        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
         machine=dict(
             platform=platform.platform(),
             processor=platform.processor() or platform.machine(),

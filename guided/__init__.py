@@ -2,8 +2,9 @@
 llguidance, token bitmasks filled in place in MLX memory, and a decoding strategy with jump-forward,
 rollback and EOS gating, in the shape of xgrammar and llguidance: a schema or grammar is compiled
 into a `Constraint` (once, shared), each generation under it is a `Generation` (matcher, bitmask,
-strategy, verdict), and its meaning an `Outcome`. No API vocabulary lives here: requests, jobs and
-`coreai.ConstrainedSession` are `coreai`'s."""
+strategy, verdict), and its meaning an `Outcome`. No HTTP, request bodies or dialects live here
+(requests, jobs and `coreai.ConstrainedSession` are `coreai`'s); the tool definitions it reads are
+OpenAI's function shapes (chat and Responses), the common ground of the chat templates."""
 
 import runtime  # noqa: F401 - first: sets up the system BLAS before mlx.core loads (runtime.blas)
 from guided.bitmask import TokenBitmask, apply_token_bitmask

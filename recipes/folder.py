@@ -91,7 +91,7 @@ def provenance_record(
         else None,
         "parameters": parameters,
         "versions": versions(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     record.update(
         preset=preset,

@@ -15,10 +15,10 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ("coreai", "guided", "runtime", "recipes")

@@ -1,8 +1,9 @@
 """The FastAPI app, the shell around the API dialects: `/health`, `/v1/models`, `/v1/models/{model}`
 (`coreai.server.models`), the dialects' routes (`openai`: `/v1/chat/completions`, `/v1/completions`;
 `responses`: `/v1/responses`; `anthropic`: `/v1/messages`), `/openapi.json`, `/docs` and `/redoc`
-with their scripts served here, not from a CDN, and the playground page at `/`. Every dialect runs
-the one skeleton of `coreai.server.dispatch` on the generation service (`coreai.service`).
+with their scripts served here, not from a CDN, and the playground page at `/`. Every HTTP request
+runs the one skeleton of `coreai.server.dispatch` on the generation service (`coreai.service`); the
+Responses WebSocket repeats its steps per message (`responses/websocket.py`).
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,

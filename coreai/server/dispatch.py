@@ -125,6 +125,12 @@ async def prepare(server: ServerState, call: Call) -> tuple[GenerationRequest, G
     return generation, await run_in_threadpool(prepared, server.service, generation)
 
 
+def ignored(call: Call, job: GenerationJob) -> list[str]:
+    """What `x-coreai-ignored` names for `call`: its hints and hosted tools (`Call.ignored`) and the
+    volatile prompt markers the service removed (`GenerationJob.removed`)."""
+    return [*call.ignored(), *(f"{name} (removed from the prompt)" for name in job.removed)]
+
+
 async def dispatch(server: ServerState, request: Request, call: Call) -> Response:
     """The skeleton (see the module docstring). A client that leaves a whole (non-streaming) reply
     cancels its jobs; nobody reads the 499 it gets."""
@@ -132,7 +138,7 @@ async def dispatch(server: ServerState, request: Request, call: Call) -> Respons
     jobs = submit(server, job, generation.names)
     reply = call.reply(job)
     headers = enforcement_headers(job.constraint) if job.constraint is not None else {}
-    headers |= ignored_headers([*call.ignored(), *(f"{name} (removed from the prompt)" for name in job.removed)])
+    headers |= ignored_headers(ignored(call, job))
     if call.stream:
         return StreamingResponse(reply.sse(jobs), media_type="text/event-stream", headers=headers)
     collected = await collect(jobs, request)

@@ -4,7 +4,7 @@ when the request carries `anthropic-version` (the `anthropic` SDK's `models.list
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -92,7 +92,7 @@ async def retrieve_model(model: str, request: Request, server: Server):
 
 def anthropic_card(server: ServerState, name: str) -> dict:
     """The served model, under `name`, as Anthropic's `ModelInfo`."""
-    created = datetime.fromtimestamp(server.created, timezone.utc).isoformat().replace("+00:00", "Z")
+    created = datetime.fromtimestamp(server.created, UTC).isoformat().replace("+00:00", "Z")
     return {"type": "model", "id": name, "display_name": name, "created_at": created}
 
 

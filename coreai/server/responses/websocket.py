@@ -29,7 +29,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from coreai.server.dispatch import prepare, submit
+from coreai.server.dispatch import ignored, prepare, submit
 from coreai.server.errors import APIError, validation_error
 from coreai.server.guard import require_api_key
 from coreai.server.policy import ignored_headers
@@ -112,7 +112,7 @@ class Connection:
             return await self.prewarm(call)
         generation, job = await prepare(self.server, call)
         self.jobs = submit(self.server, job, generation.names)
-        ignored_headers(call.ignored())  # no headers on a socket: logged
+        ignored_headers(ignored(call, job))  # no headers on a socket: logged
         reply = call.reply(job)
         stream = reply.stream(self.jobs)
         try:
