@@ -136,7 +136,8 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
     the module docstring's method. queries [B, Hq, L, D], keys [B, Hkv, S, D] and values [B, Hkv,
     S, Dv] (Hq a multiple of Hkv; Dv may differ from D, as in MLA models), float32; mask None,
     "causal", or a bool (True attends) or additive array broadcastable to [B, Hq, L, S]. Evaluates
-    the graph up to the scores. Returns [B, Hq, L, Dv] float32."""
+    the graph up to the scores. Returns [B, Hq, L, Dv] float32: the fused call's own result, with
+    one warning, when NumPy's view of the scores is not MLX's writable buffer (`_unsafe_to_write`)."""
     b, heads, length, dim = queries.shape
     kv_heads, key_len = keys.shape[1], keys.shape[2]
     q = (queries * scale).reshape(b, kv_heads, heads // kv_heads, length, dim)
