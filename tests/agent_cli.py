@@ -136,6 +136,7 @@ class Exchange:
     reply: str = ""  # the reply's text (JSON, or the whole SSE stream)
     reply_headers: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0  # until the reply's end
+    started: float = 0.0  # time.monotonic() when the request arrived
     ttft: float | None = None  # seconds until the first content block of a streamed reply (a call: once complete)
 
     def events(self) -> list[dict]:
@@ -167,7 +168,7 @@ class Recorder:
         body = (
             json.loads(raw) if raw and request.headers.get("content-type", "").startswith("application/json") else None
         )
-        exchange = Exchange(request.method, path, headers, body)
+        exchange = Exchange(request.method, path, headers, body, started=time.monotonic())
         self.exchanges.append(exchange)
         start = time.monotonic()
         if self.script is not None:
