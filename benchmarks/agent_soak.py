@@ -283,8 +283,8 @@ def summarize(records: list[dict], samples: list[dict], warm_at: float, stats: t
         "cold_prefills": len(cold),
         "cold_prefills_by_session": dict(Counter(r["session"] for r in cold)),
         "cold_prefill_list": [{**{k: r.get(k) for k in WHERE}, "at_s": round(r["t"] - t0, 1)} for r in cold],
-        # The server's count: the prompt tokens it computed, in cold prompts of the mean size. Usage calls a
-        # prefix copied from another row still prefilling (`KVBatch._share_prefill`) not cached: it overcounts.
+        # Usage counts a prefix copied from a row still prefilling (`KVBatch._share_prefill`) as computed. The
+        # server's bound: prompt tokens it computed (cold prefills + every request's new tail) in cold prompts.
         "server_cold_prefill_equivalents": round(delta["prefill_tokens"] / cold_mean, 2) if cold else None,
         "usage_cached_share": round(cached / max(1, prompted), 4),
         "resends_sent": sum(r["kind"] == "abandoned" for r in records),
