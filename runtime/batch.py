@@ -211,6 +211,7 @@ class BatchGenerator:
             del self.rows[rid]
         for row in self.active:
             row.logits = logits[row.slot.rid]
+            row.seq.reused = row.slot.reused  # more than at `add` when it shared another row's prefill
             try:
                 row.strategy.prepare()  # grammar masks, while MLX computes the pass
             except Exception as exc:  # noqa: BLE001 - this row's failure ends this row only

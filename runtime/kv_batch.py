@@ -36,7 +36,7 @@ class Slot:
     cache: list | None
     pending: list[int]
     tokens: list[int]
-    reused: int  # prompt tokens found in the prefix cache
+    reused: int  # prompt tokens found in the prefix cache or copied from another waiting row's
     feed: list[int] = field(default_factory=list)  # tokens of the running forward pass
     rows: int = 1  # logits rows taken from the end of `feed`
 
@@ -196,6 +196,7 @@ class KVBatch:
             if donors:
                 donor = max(donors, key=lambda o: len(o.tokens))
                 self.cached_tokens += len(donor.tokens) - len(slot.tokens)
+                slot.reused += len(donor.tokens) - len(slot.tokens)  # reported as cached: not computed for it
                 slot.cache, slot.tokens = copy.deepcopy(donor.cache), list(donor.tokens)
                 slot.pending = prompt[len(donor.tokens) :]
 

@@ -245,3 +245,26 @@ def test_every_dialect_reports_the_cached_prompt_streamed_and_whole(tiny_model):
     for key, ((total1, cached1), (total2, cached2)) in seen.items():
         assert total1 == total2 > 100 and cached1 < 10, (key, seen[key])  # the template's first tokens at most
         assert cached2 == total2 - 1, (key, seen[key])  # all but the token fed again
+
+
+def test_a_prefix_shared_with_a_request_prefilling_beside_it_is_reported_cached(slow_long):
+    """Two requests with one long prefix arriving together: the second copies the first's prefill
+    (`KVBatch._share_prefill`) and its usage says so, as `/health`'s counter does."""
+    config = ServerConfig(model_name="tiny", max_tokens=4, temperature=0.0, prompt_cache_bytes=0)
+    with serve_in_thread(slow_long, config) as base:
+        replies: list = []
+
+        def ask(tail: str) -> None:
+            text = LONG["messages"][0]["content"] + tail
+            body = {**LONG, "stream": False, "messages": [{"role": "user", "content": text}]}
+            replies.append(httpx.post(base + "/v1/messages", json=body, timeout=120).json()["usage"])
+
+        first = threading.Thread(target=ask, args=("First?",))
+        first.start()
+        time.sleep(1.0)  # the first is prefilling
+        ask("Second?")
+        first.join()
+        stats = _stats(base)["stats"]
+    cached = sorted(u["cache_read_input_tokens"] for u in replies)
+    assert cached[0] == 0 and cached[1] > 1000, replies
+    assert stats["cached_tokens"] >= cached[1], stats
