@@ -85,6 +85,8 @@ def qwen(qwen_model):
 def test_health_models_and_docs(tiny):
     health = httpx.get(tiny + "/health").json()
     memory = health.pop("memory")
+    stats = health.pop("stats")
+    assert set(stats) == {"prefills", "prefill_tokens", "cached_tokens", "markers_removed", "resends"}, stats
     assert set(memory) >= {"max_kv_bytes", "kv_bytes", "prefix_cache_bytes", "mlx_cache_bytes"}
     assert 0 <= memory["prefix_cache_bytes"] <= memory["prefix_cache_max_bytes"] > 0, memory
     assert health == {
@@ -1292,6 +1294,9 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
 
     class OneShotJob:
         cancel = threading.Event()
+
+        def release(self):
+            self.cancel.set()
 
         def __init__(self):
             self.items = [*pieces, None]

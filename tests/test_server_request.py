@@ -125,6 +125,9 @@ class ListJob:
     def __init__(self, items):
         self.items = [*items, Job.END]
 
+    def release(self):
+        self.cancel.set()
+
     async def get(self):
         return self.items.pop(0)
 

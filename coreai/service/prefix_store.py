@@ -63,6 +63,10 @@ class ForeignFile(Exception):
     """A prompt-cache file whose metadata names another key (model, tokenizer, template, format)."""
 
 
+class MalformedFile(Exception):
+    """A prompt-cache file that loads but lacks what this store writes (its metadata, its token ids)."""
+
+
 def sha256_file(path: Path) -> str:
     """The SHA-256 (hex) of the bytes of `path`, read in 4 MB blocks. Raises OSError."""
     digest = hashlib.sha256()
@@ -202,17 +206,18 @@ class PrefixStore:
 
     def read(self, path: Path) -> tuple[list[int], list]:
         """The token ids and KV layers of the file `path`, evaluated on this thread (MLX streams are
-        per thread). Raises ForeignFile when its metadata names another key; any other exception
-        when it cannot be read (MLX raises RuntimeError for a truncated or corrupt file)."""
+        per thread). Raises ForeignFile when its metadata names another key, MalformedFile when it
+        lacks the store's metadata, any other exception when it cannot be read (MLX raises
+        RuntimeError for a truncated or corrupt file)."""
         layers, metadata = load_prompt_cache(str(path), return_metadata=True)
         if not isinstance(metadata, dict):
-            raise ValueError("no metadata")
+            raise MalformedFile("no metadata")
         differ = [name for name, value in self.parts.items() if metadata.get(name) != value]
         if differ:
             raise ForeignFile(f"its {', '.join(differ)} differ{'s' if len(differ) == 1 else ''} from this model's")
         tokens = json.loads(metadata["tokens"])
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise ValueError("its tokens are not a list of ids")
+            raise MalformedFile("its tokens are not a list of ids")
         mx.eval([c.state for c in layers])
         return tokens, layers
 
