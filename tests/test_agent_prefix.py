@@ -22,6 +22,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+import websockets.sync.client as ws_client
 from conftest import SlowNetwork
 from test_agent_cli import tiny_long  # noqa: F401 - the tiny network with a long context
 
@@ -61,10 +62,15 @@ def test_the_rules_remove_claude_codes_markers_and_nothing_else():
         "content": "No tasks\n\n<system-reminder>\n<total_tokens>42 tokens left</total_tokens>\n</system-reminder>",
     }
     assert strip_markers([tool]) == ([{"role": "tool", "content": "No tasks"}], [COUNTDOWN])
-    # Quoted elsewhere (not at the start of the system message, nor a system message): kept.
+    # Windows line endings: the line and its blank line go whole.
+    crlf = "x-anthropic-billing-header: cc_version=2.1.332.862; cc_entrypoint=sdk-cli;\r\n\r\nYou are Claude."
+    assert strip_markers([{"role": "system", "content": crlf}])[0][0]["content"] == "You are Claude."
+    # Quoted elsewhere (not at the start of the system message, nor a system message; a countdown
+    # mid-sentence, outside a reminder of its own): kept.
     quoted = [
         {"role": "system", "content": "Rules.\nx-anthropic-billing-header: cc_version=1; cc_entrypoint=cli;"},
         {"role": "user", "content": "x-anthropic-billing-header: cc_version=1; what is this line?"},
+        {"role": "user", "content": "Why does the log show <total_tokens>12 tokens left</total_tokens> here?"},
     ]
     assert strip_markers(quoted) == (quoted, [])
 
@@ -268,3 +274,43 @@ def test_a_prefix_shared_with_a_request_prefilling_beside_it_is_reported_cached(
     cached = sorted(u["cache_read_input_tokens"] for u in replies)
     assert cached[0] == 0 and cached[1] > 1000, replies
     assert stats["cached_tokens"] >= cached[1], stats
+
+
+def test_a_non_streaming_resend_attaches_too(slow_long):
+    """A client that gives up on a whole (non-streaming) reply while it prefills (a read timeout)
+    and asks again gets the running job: its leaving is seen by the disconnect poll and released once."""
+    config = ServerConfig(model_name="tiny", max_tokens=4, temperature=0.0, prompt_cache_bytes=0)
+    body = {**LONG, "stream": False}
+    with serve_in_thread(slow_long, config) as base:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(base + "/v1/messages", json=body, timeout=httpx.Timeout(60, read=1.0))
+        time.sleep(1.0)  # the disconnect poll (every 0.5 s) saw it
+        resent = httpx.post(base + "/v1/messages", json=body, timeout=120)
+        stats = _stats(base)["stats"]
+    assert resent.status_code == 200 and resent.json()["stop_reason"] == "max_tokens", resent.text
+    assert stats["prefills"] == 1 and stats["resends"] == {"held": 1, "attached": 1, "expired": 0}, stats
+
+
+def test_a_websocket_resend_attaches_and_gets_the_whole_answer(slow_long):
+    """Codex's transport: the socket drops while its answer prefills, a new socket sends the same
+    `response.create`: one prefill, and the new socket gets the whole answer (its first output item
+    and its end), not what the old reader had begun to take."""
+    config = ServerConfig(model_name="tiny", max_tokens=4, temperature=0.0, prompt_cache_bytes=0)
+    body = {"type": "response.create", "model": "tiny", "input": LONG["messages"][0]["content"], "max_output_tokens": 4}
+    with serve_in_thread(slow_long, config) as base:
+        url = base.replace("http://", "ws://") + "/v1/responses"
+        with ws_client.connect(url) as conn:
+            conn.send(json.dumps(body))
+            assert json.loads(conn.recv(timeout=60))["type"] == "response.created"
+            time.sleep(1.0)
+        time.sleep(0.3)
+        events = []
+        with ws_client.connect(url) as conn:
+            conn.send(json.dumps(body))
+            while not events or events[-1]["type"] not in ("response.completed", "response.incomplete", "error"):
+                events.append(json.loads(conn.recv(timeout=120)))
+        stats = _stats(base)["stats"]
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "response.incomplete" and "response.output_item.added" in kinds, kinds
+    assert events[-1]["response"]["usage"]["output_tokens"] == 4
+    assert stats["prefills"] == 1 and stats["resends"]["attached"] == 1, stats

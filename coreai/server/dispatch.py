@@ -125,7 +125,7 @@ async def prepare(server: ServerState, call: Call) -> tuple[GenerationRequest, G
     return generation, await run_in_threadpool(prepared, server.service, generation)
 
 
-def ignored(call: Call, job: GenerationJob) -> list[str]:
+def ignored_names(call: Call, job: GenerationJob) -> list[str]:
     """What `x-coreai-ignored` names for `call`: its hints and hosted tools (`Call.ignored`) and the
     volatile prompt markers the service removed (`GenerationJob.removed`)."""
     return [*call.ignored(), *(f"{name} (removed from the prompt)" for name in job.removed)]
@@ -138,7 +138,7 @@ async def dispatch(server: ServerState, request: Request, call: Call) -> Respons
     jobs = submit(server, job, generation.names)
     reply = call.reply(job)
     headers = enforcement_headers(job.constraint) if job.constraint is not None else {}
-    headers |= ignored_headers(ignored(call, job))
+    headers |= ignored_headers(ignored_names(call, job))
     if call.stream:
         return StreamingResponse(reply.sse(jobs), media_type="text/event-stream", headers=headers)
     collected = await collect(jobs, request)

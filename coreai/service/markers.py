@@ -41,7 +41,7 @@ RULES: tuple[MarkerRule, ...] = (
         "claude-code billing header",
         # `x-anthropic-billing-header: cc_version=2.1.332.862; cc_entrypoint=sdk-cli;` and the later
         # form with `cch=<hash>;`: any fields, up to the end of its line, and the blank line after it.
-        re.compile(r"x-anthropic-billing-header:[^\n]*(?:\n+|\Z)"),
+        re.compile(r"x-anthropic-billing-header:[^\r\n]*(?:(?:\r?\n)+|\Z)"),
         frozenset({"system"}),
         True,
         "Claude Code 2.1.332 (npm @anthropic-ai/claude-code, tests/data/claude_code/): the first system "
@@ -50,10 +50,11 @@ RULES: tuple[MarkerRule, ...] = (
     MarkerRule(
         "total_tokens reminder",
         # `<total_tokens>N tokens left</total_tokens>`, a countdown of the session's token budget, in a
-        # `<system-reminder>` block of its own (the block goes with it) or bare.
+        # `<system-reminder>` block of its own (the block goes with it), or bare at the message's end
+        # (so a user quoting one mid-sentence keeps it).
         re.compile(
-            r"\n*<system-reminder>\s*<total_tokens>\d+ tokens left</total_tokens>\s*</system-reminder>"
-            r"|\n*<total_tokens>\d+ tokens left</total_tokens>"
+            r"\s*<system-reminder>\s*<total_tokens>\d+ tokens left</total_tokens>\s*</system-reminder>"
+            r"|\s*<total_tokens>\d+ tokens left</total_tokens>\s*\Z"
         ),
         frozenset({"system", "user", "tool"}),
         False,

@@ -62,6 +62,7 @@ class Resends:
         timer.cancel()
         if job.cancel.is_set():  # cancelled meanwhile (the worker closed): start afresh
             return None
+        job.released = False  # the caller is its reader now
         self.attached += 1
         log.info("a resend attached to the job still running for it")
         return job

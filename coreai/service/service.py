@@ -93,14 +93,14 @@ class Service:
         """Counters since start: `prefills` (rows that started a prefill), `prefill_tokens` (prompt
         tokens the forward passes computed; the rest came from the prefix cache), `cached_tokens`
         (prompt tokens read from the prefix cache), `markers_removed` (volatile prompt markers
-        taken out, by rule: `coreai.service.markers`), `resends` (`held`: jobs whose client left
+        taken out of submitted requests, by rule: `coreai.service.markers`), `resends` (`held`: jobs whose client left
         before the first token, kept for a resend; `attached`: resends that got one; `expired`:
         held jobs cancelled, no resend came)."""
         kv = self.engine.batch.kv
         r = self.resends
         return {
             "prefills": kv.prefills,
-            "prefill_tokens": kv.prefill_tokens,
+            "prefill_tokens": kv.prefill_tokens,  # each row's last prompt token is fed with its first decode step
             "cached_tokens": kv.cached_tokens,
             "markers_removed": dict(self.markers_removed),
             "resends": {"held": r.held, "attached": r.attached, "expired": r.expired},
@@ -108,9 +108,7 @@ class Service:
 
     def prepare(self, req: GenerationRequest) -> GenerationJob:
         """`coreai.service.prepare.prepare` with this service's model, grammars and settings."""
-        job = prepare(self.model, req, self.cache, self.settings)
-        self.markers_removed.update(job.removed)
-        return job
+        return prepare(self.model, req, self.cache, self.settings)
 
     def submit(self, job: GenerationJob, names: Names | None = None) -> list[Job]:
         """Queue `job`'s `n` choices, all or none. Raises `RequestError` naming `names.n` when they
@@ -120,6 +118,7 @@ class Service:
         A job of the same `key` whose client left before its first token (`Resends`) is returned
         instead of queueing another: its reader is now the caller."""
         names = names or Names()
+        self.markers_removed.update(job.removed)  # requests queued, not token counts
         if (held := self.resends.attach(job.key)) is not None:
             return [held]  # the same request, sent again after its client gave up on the first
         if not self.kv.fits([], _row(job)):

@@ -66,21 +66,27 @@ class Batch(Protocol):
 
 class Job:
     """One request's generation (`params`, given to the batch) and the channel its results come back
-    through (to one asyncio loop). `read`: items its reader has taken. `on_release`: what `release`
-    does instead of cancelling (the service's resend coalescing), or None."""
+    through (to one asyncio loop). `read`: items its readers have taken. `on_release`: what `release`
+    does instead of cancelling (the service's resend coalescing), or None. `released`: its reader
+    has let go (a later `release` does nothing until a new reader takes it)."""
 
     def __init__(self, params: Any, loop: asyncio.AbstractEventLoop):
         self.params = params
         self.cancel = threading.Event()
         self.started = 0.0  # time.perf_counter() when it joined the batch
         self.read = 0
+        self.released = False
         self.on_release: Callable[[Job], None] | None = None
         self._loop = loop
         self._items: asyncio.Queue = asyncio.Queue()
 
     def release(self) -> None:
-        """Its reader stops reading (done, or the client left): the job is cancelled (a no-op once
-        it ended), or handed to `on_release`."""
+        """Its reader stops reading (done, or the client left; call it once the reader reads no
+        more): the job is cancelled (a no-op once it ended), or handed to `on_release`. Once per
+        reader: the paths that may each let go of a job (a stream's end, the request's) release it once."""
+        if self.released:
+            return
+        self.released = True
         if self.on_release is None:
             self.cancel.set()
         else:

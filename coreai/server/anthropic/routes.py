@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from coreai.server.anthropic import schemas as m
 from coreai.server.anthropic.reply import MessageReply
 from coreai.server.anthropic.request import generation_request, ignored
-from coreai.server.dispatch import Server, dispatch, prepare
+from coreai.server.dispatch import Server, dispatch, ignored_names, prepare
 from coreai.server.guard import require_api_key
 from coreai.server.policy import ignored_headers
 from coreai.server.state import ServerState
@@ -68,4 +68,4 @@ async def count_tokens(req: m.CountTokensRequest, request: Request, server: Serv
     the tool prompt and the schema's description, as `create_message` renders it."""
     call = MessagesCall(req, server, request.headers.get("anthropic-beta"))
     _, job = await prepare(server, call)
-    return JSONResponse({"input_tokens": len(job.prompt_ids)}, headers=ignored_headers(call.ignored()))
+    return JSONResponse({"input_tokens": len(job.prompt_ids)}, headers=ignored_headers(ignored_names(call, job)))

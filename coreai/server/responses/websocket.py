@@ -29,7 +29,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from coreai.server.dispatch import ignored, prepare, submit
+from coreai.server.dispatch import ignored_names, prepare, submit
 from coreai.server.errors import APIError, validation_error
 from coreai.server.guard import require_api_key
 from coreai.server.policy import ignored_headers
@@ -112,7 +112,7 @@ class Connection:
             return await self.prewarm(call)
         generation, job = await prepare(self.server, call)
         self.jobs = submit(self.server, job, generation.names)
-        ignored_headers(ignored(call, job))  # no headers on a socket: logged
+        ignored_headers(ignored_names(call, job))  # no headers on a socket: logged
         reply = call.reply(job)
         stream = reply.stream(self.jobs)
         try:
@@ -123,8 +123,8 @@ class Connection:
                 raise
             await self.send(error_event(failure(exc)))
         finally:
+            await stream.aclose()  # its reader stops (and lets go of the job) first
             self.cancel()
-            await stream.aclose()
             self.jobs = []
 
     async def prewarm(self, call: ResponsesCall) -> None:
@@ -150,18 +150,28 @@ async def responses_socket(websocket: WebSocket):
     conn = Connection(websocket)
     messages: asyncio.Queue = asyncio.Queue()
 
-    async def read():  # the client's messages; its leaving cancels what runs
+    answering: asyncio.Task | None = None
+
+    async def read():  # the client's messages; its leaving stops the answer that runs
         try:
             while True:
                 await messages.put(await websocket.receive_text())
         except (WebSocketDisconnect, RuntimeError):
-            conn.cancel()
+            if answering is not None:
+                answering.cancel()  # its stream lets go of its jobs once it reads no more (`Job.release`)
             await messages.put(None)
 
     reader = asyncio.create_task(read())
     try:
         while (text := await messages.get()) is not None:
-            await conn.answer(text)
+            answering = asyncio.create_task(conn.answer(text))
+            try:
+                await answering
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this handler is cancelled, not only the answer
+                break  # the client left mid-answer
     except (WebSocketDisconnect, RuntimeError):
         pass  # the client left mid-answer
     finally:
