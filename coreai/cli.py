@@ -1,4 +1,4 @@
-"""The `coreai` command line: `export`, `generate`, `check-schema`, `serve`, `bench`, `models`, `demo`.
+"""The `coreai` command line: `export`, `generate`, `check-schema`, `serve`, `launch`, `bench`, `models`, `demo`.
 
 Each built-in subcommand lives in its own module `coreai/commands/<name>.py` with `register(subparsers)`,
 which adds its parser and sets `func(args) -> int`. Other packages add commands through the entry-point
@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from coreai.errors import ExportError, GrammarError, ModelNotFound
 from runtime.errors import InputError, ParameterError
 
-COMMANDS = ("models", "export", "generate", "check-schema", "serve", "demo")
+COMMANDS = ("models", "export", "generate", "check-schema", "serve", "launch", "demo")
 COMMAND_GROUP = "coreai.commands"  # entry points: name = "package.module:register"
 
 # Commands other packages provide, and how to get them when they are not installed.
@@ -69,8 +69,20 @@ def as_flag(exc: ParameterError, args: argparse.Namespace) -> str:
     return message
 
 
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """`coreai launch ... -- CLI ARGS`: the arguments before the first `--` and those after it (None
+    without one, or for another command: argparse's subparsers do not pass `--` through)."""
+    if "--" not in argv or "launch" not in argv[: argv.index("--")]:
+        return argv, None
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, passthrough = split_passthrough(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
+    if passthrough is not None:
+        args.cli_args = [*args.cli_args, *passthrough]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
