@@ -32,6 +32,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from coreai.commands import agent_config
+
 ROOT = Path(__file__).resolve().parents[1]
 CLAUDE = ROOT / "node_modules" / ".bin" / "claude"
 MAIN_MODEL = "claude-sonnet-4-5"
@@ -40,23 +42,16 @@ MISSING = f"{CLAUDE} is missing: run `make install` (npm ci installs the agent C
 
 
 def claude_env(base: str, home: Path, essential_only: bool = True) -> dict[str, str]:
-    """The environment of a Claude Code run against `base`: both model slots on Claude ids, an API
-    key the server does not check, its own HOME, no updater or telemetry; `essential_only`: no
-    other traffic either (False: the start-up probe `HEAD /api/hello` and side requests too)."""
+    """The environment of a Claude Code run against `base`: `coreai launch claude`'s
+    (`coreai.commands.agent_config.claude`) with both model slots on Claude ids, a context of 128k
+    tokens (the tiny networks'), an hour's request timeout, its own HOME; `essential_only`: no other
+    traffic either (False: the start-up probe `HEAD /api/hello` and side requests too)."""
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR")}
-    return {
-        **keep,
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": base,
-        "ANTHROPIC_API_KEY": "unused",
-        "ANTHROPIC_MODEL": MAIN_MODEL,
-        "ANTHROPIC_SMALL_FAST_MODEL": SMALL_MODEL,
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "API_TIMEOUT_MS": str(3_600_000),
-        **({"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"} if essential_only else {}),
-    }
+    target = agent_config.Target(base, MAIN_MODEL, context_window=131072, timeout=3600)
+    env = agent_config.claude(target, model=MAIN_MODEL, small_model=SMALL_MODEL).environ(keep) | {"HOME": str(home)}
+    if not essential_only:
+        del env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
+    return env
 
 
 @dataclass

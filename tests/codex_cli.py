@@ -1,7 +1,8 @@
 """The real Codex CLI (node_modules/.bin/codex, pinned in package.json) as a test client of
 `coreai serve`: `codex exec --json` non-interactively, in an empty workspace with its own HOME and
 CODEX_HOME, its config.toml naming a custom model provider on the server's /v1 (`wire_api =
-"responses"`, a dummy key, the WebSocket transport on unless told otherwise)."""
+"responses"`, a dummy key, the WebSocket transport on unless told otherwise): the configuration
+`coreai launch codex` writes (`coreai.commands.agent_config`), in one home."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coreai.commands import agent_config
+
 ROOT = Path(__file__).resolve().parents[1]
 CODEX = ROOT / "node_modules" / ".bin" / "codex"
-KEY_ENV = "COREAI_TEST_KEY"
+KEY_ENV = agent_config.KEY_ENV
 
 
 def codex_missing() -> str | None:
@@ -48,48 +51,13 @@ class CodexRun:
 
 
 def config_toml(base_url: str, model: str, websockets: bool = True, extra: str = "") -> str:
-    """A Codex config naming the server as its model provider."""
-    return (
-        f'model = "{model}"\nmodel_provider = "coreai"\n{extra}\n'
-        "[model_providers.coreai]\n"
-        'name = "coreai"\n'
-        f'base_url = "{base_url}/v1"\n'
-        'wire_api = "responses"\n'
-        f'env_key = "{KEY_ENV}"\n'
-        f"supports_websockets = {'true' if websockets else 'false'}\n"
-        "request_max_retries = 0\nstream_max_retries = 0\n"
-        # A CPU prefill of Codex's prompt can outlast the default 5 minutes without an event.
-        "stream_idle_timeout_ms = 3600000\n"
-    )
+    """A Codex config naming the server as its model provider (`coreai launch`'s, from
+    `coreai.commands.agent_config`, without a catalog unless `extra` names one), no retries, an
+    hour's idle bound (a CPU prefill of Codex's prompt can outlast the default 5 minutes)."""
+    config = agent_config.codex_config(agent_config.Target(base_url, model, timeout=3600), None, websockets, extra)
+    return config + "request_max_retries = 0\nstream_max_retries = 0\n"
 
 
-# Codex's own configuration for a short prompt (the real-model test: prefill on a CPU is slow): its
-# instructions replaced, the permissions, environment, skills, apps and collaboration sections, the
-# sub-agent, goal, plugin, image and web-search tools off, and `request_user_input` (offered by
-# `codex exec`, which then refuses it as "not supported in exec mode"; the 0.5B model filled its
-# list of questions until the budget ended); `exec_command` (a shell), `write_stdin` and (from the
-# model catalog) `apply_patch` stay.
-SHORT = """model_instructions_file = "{instructions}"
-model_catalog_json = "{catalog}"
-web_search = "disabled"
-include_environment_context = false
-include_permissions_instructions = false
-include_apps_instructions = false
-include_collaboration_mode_instructions = false
-[skills]
-include_instructions = false
-[agents]
-enabled = false
-[features]
-goals = false
-apps = false
-plugins = false
-view_image = false
-tool_suggest = false
-sleep_tool = false
-[tools]
-experimental_request_user_input = {{ enabled = false }}
-"""
 # What Qwen2.5 is trained with, then one line on the shell: the 0.5B model then calls exec_command.
 INSTRUCTIONS = (
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant. You cannot see files: read them "
@@ -98,38 +66,17 @@ INSTRUCTIONS = (
 
 
 def model_catalog(model: str, context_window: int = 32768) -> dict:
-    """A Codex model catalog (`model_catalog_json`, Codex's `ModelInfo`) naming `model`: Codex then
-    knows its context window (no "model metadata not found" warning) and offers its freeform
-    `apply_patch` tool (a custom tool with a Lark grammar)."""
-    info = {
-        "slug": model,
-        "display_name": model,
-        "description": "served by coreai serve",
-        "supported_reasoning_levels": [],
-        "shell_type": "shell_command",
-        "visibility": "list",
-        "supported_in_api": True,
-        "priority": 1,
-        "upgrade": None,
-        "base_instructions": INSTRUCTIONS,
-        "supports_reasoning_summaries": False,
-        "support_verbosity": False,
-        "default_verbosity": None,
-        "apply_patch_tool_type": "freeform",
-        "truncation_policy": {"mode": "bytes", "limit": 10000},
-        "supports_parallel_tool_calls": False,
-        "context_window": context_window,
-        "experimental_supported_tools": [],
-    }
-    return {"models": [info]}
+    """`agent_config.codex_catalog` with `INSTRUCTIONS`."""
+    return agent_config.codex_catalog(model, context_window, INSTRUCTIONS)
 
 
 def short_config(tmp: Path, model: str, instructions: str = INSTRUCTIONS) -> str:
-    """`SHORT`, its instructions and model catalog written in `tmp`."""
+    """Codex's own configuration for a short prompt (`agent_config.CODEX_SHORT`: `coreai launch
+    --short`'s), its instructions and model catalog written in `tmp`: top-level config lines."""
     path, catalog = tmp / "instructions.md", tmp / "catalog.json"
     path.write_text(instructions)
-    catalog.write_text(json.dumps(model_catalog(model)))
-    return SHORT.format(instructions=path, catalog=catalog)
+    catalog.write_text(json.dumps(agent_config.codex_catalog(model, 32768, instructions)))
+    return f"model_catalog_json = {json.dumps(str(catalog))}\n" + agent_config.CODEX_SHORT.format(instructions=path)
 
 
 def codex_exec(
