@@ -36,8 +36,8 @@ from coreai.commands import agent_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAUDE = ROOT / "node_modules" / ".bin" / "claude"
-MAIN_MODEL = "claude-sonnet-4-5"
-SMALL_MODEL = "claude-haiku-4-5"
+MAIN_MODEL = agent_config.CLAUDE_MODEL
+SMALL_MODEL = agent_config.CLAUDE_SMALL_MODEL
 MISSING = f"{CLAUDE} is missing: run `make install` (npm ci installs the agent CLIs pinned in package.json)"
 
 

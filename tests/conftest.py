@@ -201,6 +201,37 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return folder
 
 
+def _write_ending_network(folder: Path) -> None:
+    """A tiny qwen2 network with a 128k-token context that writes <|im_end|> first, always (an agent
+    CLI's turn then ends at once, whatever its prompt), with the tiny tokenizer, in `folder`: the
+    residual stream's dimension 0 is a positive constant (every embedding's, no layer writes it), the
+    final norm keeps only it, and only the <|im_end|> row of the head reads it."""
+    import mlx.core as mx
+    from tokenizers import Tokenizer
+
+    _write_tiny_tokenizer(folder)
+    _write_tiny_network(folder, "qwen2", max_position_embeddings=131072)
+    w = dict(mx.load(str(folder / "model.safetensors")))
+    end = Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id("<|im_end|>")
+    w["model.embed_tokens.weight"][:, 0] = 4.0
+    for name, value in w.items():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            value[0, :] = 0.0
+    w["model.norm.weight"] = mx.zeros_like(w["model.norm.weight"])
+    w["model.norm.weight"][0] = 1.0
+    w["lm_head.weight"] = mx.zeros_like(w["lm_head.weight"])
+    w["lm_head.weight"][end, 0] = 10.0
+    mx.save_safetensors(str(folder / "model.safetensors"), w)
+
+
+@pytest.fixture(scope="session")
+def ending_model_dir(tmp_path_factory) -> Path:
+    """`_write_ending_network`'s folder (named `tiny-ending<N>`: the name `coreai serve` serves it under)."""
+    folder = tmp_path_factory.mktemp("tiny-ending")
+    _write_ending_network(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def write_tiny_tokenizer():
     """`write_tiny_tokenizer(folder, added=(), chat_template=None, special=())`: see `_write_tiny_tokenizer`."""

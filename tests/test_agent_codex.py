@@ -38,30 +38,12 @@ def api_errors(run) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ending_model(tmp_path_factory, write_tiny_tokenizer, write_tiny_network):
-    """A tiny qwen2 network with a 128k-token context that writes <|im_end|> first, always: the
-    residual stream's dimension 0 is a positive constant (every embedding's, no layer writes it),
-    the final norm keeps only it, and only the <|im_end|> row of the head reads it."""
-    import mlx.core as mx
-    from tokenizers import Tokenizer
-
+def ending_model(ending_model_dir):
+    """A tiny qwen2 network with a 128k-token context that writes <|im_end|> first, always
+    (conftest's `ending_model_dir`)."""
     from runtime import load_model
 
-    folder = tmp_path_factory.mktemp("tiny-ending")
-    write_tiny_tokenizer(folder)
-    write_tiny_network(folder, "qwen2", max_position_embeddings=131072)
-    w = dict(mx.load(str(folder / "model.safetensors")))
-    end = Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id("<|im_end|>")
-    w["model.embed_tokens.weight"][:, 0] = 4.0
-    for name, value in w.items():
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            value[0, :] = 0.0
-    w["model.norm.weight"] = mx.zeros_like(w["model.norm.weight"])
-    w["model.norm.weight"][0] = 1.0
-    w["lm_head.weight"] = mx.zeros_like(w["lm_head.weight"])
-    w["lm_head.weight"][end, 0] = 10.0
-    mx.save_safetensors(str(folder / "model.safetensors"), w)
-    return load_model(folder)
+    return load_model(ending_model_dir)
 
 
 @pytest.fixture(scope="module")

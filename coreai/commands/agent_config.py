@@ -48,6 +48,11 @@ INSTRUCTIONS = (
     "shell tool (cat FILE) before answering, change them with the edit tools, run commands to check your "
     "work, then answer briefly."
 )
+# The ids Claude Code is given when the server takes them (`--alias 'claude-*'`): with another id it
+# first sends the environment as a `system` message inside `messages`, which the Messages API
+# refuses (a 400 it then retries without), and its prompt names the served model.
+CLAUDE_MODEL = "claude-sonnet-4-5"
+CLAUDE_SMALL_MODEL = "claude-haiku-4-5"
 CLAUDE_SHORT_TOOLS = "Bash,Read,Edit,Write,Glob,Grep"
 OPENCODE_SHORT_OFF = ("webfetch", "websearch", "todowrite", "todoread", "task", "skill", "question", "codesearch")
 
@@ -164,9 +169,20 @@ def context_window(*models: str | None) -> int:
     return DEFAULT_CONTEXT
 
 
-def setup(cli: str, target: Target, folder: Path, short: bool = False) -> Setup:
+def takes_claude_ids(aliases) -> bool:
+    """Whether a server with these aliases (its /health `aliases`) serves `CLAUDE_MODEL` and `CLAUDE_SMALL_MODEL`."""
+    import fnmatch
+
+    names = [a.split("=", 1)[0] for a in aliases or ()]
+    return all(any(fnmatch.fnmatchcase(m, n) for n in names) for m in (CLAUDE_MODEL, CLAUDE_SMALL_MODEL))
+
+
+def setup(cli: str, target: Target, folder: Path, short: bool = False, claude_ids: bool = False) -> Setup:
     """The configuration of `cli` (one of `CLIS`) for `target`, its files in `folder` (not written:
-    `Setup.write`). Raises ValueError for another CLI."""
+    `Setup.write`); `claude_ids`: Claude Code sends Claude's ids (`takes_claude_ids`). Raises
+    ValueError for another CLI."""
+    if cli == "claude" and claude_ids:
+        return claude(target, short=short, model=CLAUDE_MODEL, small_model=CLAUDE_SMALL_MODEL)
     if cli == "claude":
         return claude(target, short=short)
     if cli == "codex":

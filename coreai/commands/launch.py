@@ -129,6 +129,8 @@ def serve_command(args) -> list[str]:
     """The `coreai serve` command a launch starts."""
     cmd = [sys.executable, "-m", "coreai", "serve", args.model or store.DEFAULT_MODEL]
     cmd += ["--host", args.host, "--port", str(args.port), "--max-tokens", str(args.max_tokens)]
+    if args.cli == "claude":
+        cmd += ["--alias", "claude-*"]  # `agent_config.CLAUDE_MODEL`'s note
     if args.temperature is not None:
         cmd += ["--temperature", str(args.temperature)]
     if args.repetition_penalty is not None:
@@ -201,7 +203,8 @@ def run(args) -> int:
     if args.print:
         found = health(base_url, key) or {"model": Path(args.model or store.DEFAULT_MODEL).name}
         check_model(args, found, base_url)
-        setup = agent_config.setup(args.cli, target_of(args, found, key), folder, short=args.short)
+        ids = agent_config.takes_claude_ids(found.get("aliases", ["claude-*"] if "status" not in found else []))
+        setup = agent_config.setup(args.cli, target_of(args, found, key), folder, args.short, ids)
         setup.write()
         running = "answering" if "status" in found else "not running: `coreai launch` would start it"
         print(f"# coreai serve at {base_url}: {running}")
@@ -213,7 +216,8 @@ def run(args) -> int:
         server, body = start_server(args, base_url, key, folder / "serve.log")
     try:
         check_model(args, body, base_url)
-        setup = agent_config.setup(args.cli, target_of(args, body, key), folder, short=args.short)
+        ids = agent_config.takes_claude_ids(body.get("aliases"))
+        setup = agent_config.setup(args.cli, target_of(args, body, key), folder, args.short, ids)
         setup.write()
         return run_cli([program, *setup.args, *cli_args], setup.environ())
     finally:
