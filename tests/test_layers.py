@@ -263,3 +263,83 @@ def test_coreai_reaches_guided_only_through_its_package_faces():
         if (name == "guided" or name.startswith("guided.")) and name not in faces
     ]
     assert not offenders, offenders
+
+
+# Words of one dialect's wire format or client: the shell's code (not its docstrings) names none of them.
+DIALECT_VOCABULARY = (
+    "anthropic",
+    "claude",
+    "codex",
+    "/v1/messages",
+    "/v1/chat",
+    "/v1/completions",
+    "/v1/responses",
+    "/api/hello",
+    "tool_use",
+    "tool_result",
+    "chat.completion",
+    "response.created",
+    "input_schema",
+    "max_output_tokens",
+)
+
+
+def code_words(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, text) of every string literal but docstrings, and every name, attribute, function,
+    class and argument name in `tree`."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    words: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.append((node.lineno, node.value))
+        elif isinstance(node, ast.Name):
+            words.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            words.append((node.lineno, node.attr))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words.append((node.lineno, node.name))
+        elif isinstance(node, ast.arg):
+            words.append((node.lineno, node.arg))
+    return words
+
+
+def test_the_shell_names_no_dialect():
+    """`coreai/server/*.py` (the shell: app, dispatch, errors, models, OpenAPI, trust, ...) knows the
+    dialects only as their packages' `Dialect`s: only `app.py` imports a dialect package, and uses
+    nothing of it but `DIALECT`; no code in the shell names a dialect's wire format or client
+    (`DIALECT_VOCABULARY`), so a dialect's routes, error shape, model card, union tags and probes
+    live in its package."""
+    offenders = []
+    packages = {d.rsplit(".", 1)[1] for d in DIALECTS}
+    for path in sorted(SERVER.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for name in absolute_imports(path):
+            if any(name == d or name.startswith(d + ".") for d in DIALECTS):
+                if not (path.name == "app.py" and name in DIALECTS):
+                    offenders.append(f"{path.name} imports {name}")
+        for line, word in code_words(tree):
+            registry = path.name == "app.py" and word in packages  # the packages' names, checked below
+            if not registry and any(term in word.lower() for term in DIALECT_VOCABULARY):
+                offenders.append(f"{path.name}:{line} names {word!r}")
+    app = ast.parse((SERVER / "app.py").read_text())
+    for node in ast.walk(app):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in packages:
+            if node.attr != "DIALECT":
+                offenders.append(f"app.py:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert not offenders, offenders
+
+
+def test_the_shell_rule_catches_a_dialects_word(tmp_path):
+    """The rule above fails on what it exists to catch: a literal path, a header and a client's name."""
+    tree = ast.parse(
+        '"""Mentions anthropic in a docstring, which is allowed."""\nh = "anthropic-version"\nclaude = 1\n'
+    )
+    named = [w for _, w in code_words(tree) if any(t in w.lower() for t in DIALECT_VOCABULARY)]
+    assert named == ["anthropic-version", "claude"]

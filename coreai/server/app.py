@@ -1,9 +1,8 @@
 """The FastAPI app, the shell around the API dialects: `/health`, `/v1/models`, `/v1/models/{model}`
-(`coreai.server.models`), the dialects' routes (`openai`: `/v1/chat/completions`, `/v1/completions`;
-`responses`: `/v1/responses`; `anthropic`: `/v1/messages`), `/openapi.json`, `/docs` and `/redoc`
-with their scripts served here, not from a CDN, and the playground page at `/`. Every HTTP request
-runs the one skeleton of `coreai.server.dispatch` on the generation service (`coreai.service`); the
-Responses WebSocket repeats its steps per message (`responses/websocket.py`).
+(`coreai.server.models`), the dialects' routes (each package's `Dialect`: `DIALECTS`),
+`/openapi.json`, `/docs` and `/redoc` with their scripts served here, not from a CDN, and the
+playground page at `/`. Every request runs the one skeleton of `coreai.server.dispatch` on the
+generation service (`coreai.service`), a WebSocket message too (`dispatch.start`).
 
 A request is validated (pydantic, 400 naming the field), its prompt rendered and its constraint
 compiled on a thread-pool thread (400 before it queues), then queued for the generation worker,
@@ -24,20 +23,18 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi_offline import FastAPIOffline
 
-from coreai.server import models, openapi, playground, trust
-from coreai.server.anthropic import errors as anthropic_errors
-from coreai.server.anthropic import routes as messages
+from coreai.server import anthropic, models, openai, openapi, playground, responses, trust
 from coreai.server.config import ServerConfig
 from coreai.server.errors import install as install_error_handlers
 from coreai.server.guard import BodyLimit
-from coreai.server.openai import routes as openai
-from coreai.server.responses import routes as responses
-from coreai.server.responses import websocket as responses_socket
 from coreai.server.state import ServerState
 from guided import GrammarCache
 from runtime import Model
 
 __all__ = ["ServerConfig", "create_app"]
+
+# The dialects this server speaks, each through its package's `Dialect` (the shell names no other of their parts).
+DIALECTS = (openai.DIALECT, responses.DIALECT, anthropic.DIALECT)
 
 
 def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: GrammarCache | None = None) -> FastAPI:
@@ -67,12 +64,13 @@ def create_app(model: Model, config: ServerConfig | None = None, grammar_cache: 
     app.add_middleware(BodyLimit, limit=state.config.max_body_bytes)
     config = state.config  # Host, CORS, Origin, key: before the body limit and routing (trust.py)
     trust.install(app, config.allowed_hosts, config.cors_origins, config.keys())
-    install_error_handlers(app, {anthropic_errors.PATH: anthropic_errors.error_response})
+    shapes = {path: shape for d in DIALECTS for path, shape in d.error_shapes.items()}
+    install_error_handlers(app, shapes, frozenset().union(*(d.union_tags for d in DIALECTS)))
+    app.state.model_shapes = [d.models for d in DIALECTS if d.models is not None]
     app.include_router(models.router)
-    app.include_router(openai.router)
-    responses.install(app)
-    responses_socket.install(app)  # Responses over a WebSocket on /v1/responses
-    messages.install(app)
+    for dialect in DIALECTS:
+        dialect.install(app)
     playground.install(app)  # the page at `/` (docs/reference/server.md#the-playground)
-    openapi.install(app, {anthropic_errors.PATH: (anthropic_errors.ERROR_SCHEMA, ("529",))})
+    schemas = {path: schema for d in DIALECTS for path, schema in d.error_schemas.items()}
+    openapi.install(app, schemas, [path for d in DIALECTS for path in d.streaming_paths])
     return app

@@ -3,26 +3,32 @@ server instance as a dependency, the model check, and the error responses the Op
 
     check the model -> map the body (the dialect's `Call.generation`) -> prepare (the service, on a
     thread-pool thread: a bad request is a 400 before it queues) -> submit -> the enforcement and
-    field-policy headers -> stream (the dialect's `Reply.sse`) or collect and render (`Reply.complete`)
+    field-policy headers (`start`, the same for every transport) -> stream (the dialect's
+    `Reply.sse`) or collect and render (`Reply.complete`); the Responses WebSocket runs `start` and
+    sends the reply's events as messages.
 
-A dialect supplies a `Call` per request: its mapping, its renderer and its stream renderer; its
-error shape is registered with the app (`coreai.server.errors`). Dialects import this module and
-the service, never each other.
+A dialect supplies a `Call` per request: its mapping, its renderer and its stream renderer, made
+by the route's endpoint (`endpoint`: the skeleton owns it, so a dialect's code runs only when the
+skeleton calls it, never around it); its error shape is registered with the app (`Dialect`).
+Dialects import this module and the service, never each other.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 
 from coreai.server.enforcement import enforcement_headers
 from coreai.server.errors import APIError, ErrorResponse, from_library_error
-from coreai.server.policy import ignored_headers
+from coreai.server.policy import Hint, ignored_fields, ignored_headers
 from coreai.server.state import ServerState
 from coreai.server.streaming import collect
 from coreai.service import Closed, GenerationJob, GenerationRequest, Job, Names, QueueFull, Service
@@ -75,11 +81,18 @@ class Reply(Protocol):
 
 
 class Call(Protocol):
-    """One request of a dialect: `model` (the name asked for), `stream`, the mapping to the
-    service's request and the renderer of its job."""
+    """One request of a dialect: `model` (the name asked for), `stream`, its validated `body` and
+    the dialect's `hints` (the field policy's class (b) fields: `coreai.server.policy`), the mapping
+    to the service's request and the renderer of its job."""
 
     @property
     def model(self) -> str: ...
+
+    @property
+    def body(self) -> BaseModel: ...
+
+    @property
+    def hints(self) -> Sequence[Hint]: ...
 
     @property
     def stream(self) -> bool: ...
@@ -87,8 +100,8 @@ class Call(Protocol):
     def generation(self) -> GenerationRequest: ...
 
     def ignored(self) -> list[str]:
-        """The fields, hosted tools and headers of this request accepted and not applied (the
-        field policy's classes (b) and (c), `coreai.server.policy`); called after `generation`."""
+        """What this request asks for that is accepted and not applied beyond its `hints`: hosted
+        tools, headers, values (the field policy's classes (b) and (c)); called after `generation`."""
         ...
 
     def reply(self, job: GenerationJob) -> Reply: ...
@@ -126,22 +139,65 @@ async def prepare(server: ServerState, call: Call) -> tuple[GenerationRequest, G
 
 
 def ignored_names(call: Call, job: GenerationJob) -> list[str]:
-    """What `x-coreai-ignored` names for `call`: its hints and hosted tools (`Call.ignored`) and the
-    volatile prompt markers the service removed (`GenerationJob.removed`)."""
-    return [*call.ignored(), *(f"{name} (removed from the prompt)" for name in job.removed)]
+    """What `x-coreai-ignored` names for `call`: the hints its body gives (`Call.hints`), what else
+    it asks for and is not applied (`Call.ignored`: hosted tools, ...) and the volatile prompt
+    markers the service removed (`GenerationJob.removed`)."""
+    hinted = ignored_fields(call.body.model_dump(by_alias=True, exclude_none=True), call.hints)
+    return [*hinted, *call.ignored(), *(f"{name} (removed from the prompt)" for name in job.removed)]
+
+
+@dataclass
+class Started:
+    """A request prepared and queued: its choices' jobs, its renderer, and the enforcement and
+    field-policy headers of its reply (logged too: a WebSocket has no headers per message)."""
+
+    jobs: list[Job]
+    reply: Reply
+    headers: dict[str, str]
+
+
+async def start(server: ServerState, call: Call) -> Started:
+    """The skeleton's steps every transport shares: the model checked, the body mapped, the job
+    prepared and queued, the headers of its reply. Raises `APIError` (400, 404, 429, 503)."""
+    generation, job = await prepare(server, call)
+    jobs = submit(server, job, generation.names)
+    headers = enforcement_headers(job.constraint) if job.constraint is not None else {}
+    headers |= ignored_headers(ignored_names(call, job))
+    return Started(jobs, call.reply(job), headers)
 
 
 async def dispatch(server: ServerState, request: Request, call: Call) -> Response:
-    """The skeleton (see the module docstring). A client that leaves a whole (non-streaming) reply
-    cancels its jobs; nobody reads the 499 it gets."""
-    generation, job = await prepare(server, call)
-    jobs = submit(server, job, generation.names)
-    reply = call.reply(job)
-    headers = enforcement_headers(job.constraint) if job.constraint is not None else {}
-    headers |= ignored_headers(ignored_names(call, job))
+    """The skeleton over HTTP (see the module docstring). A client that leaves a whole
+    (non-streaming) reply cancels its jobs; nobody reads the 499 it gets."""
+    started = await start(server, call)
     if call.stream:
-        return StreamingResponse(reply.sse(jobs), media_type="text/event-stream", headers=headers)
-    collected = await collect(jobs, request)
+        return StreamingResponse(
+            started.reply.sse(started.jobs), media_type="text/event-stream", headers=started.headers
+        )
+    collected = await collect(started.jobs, request)
     if collected is None:
         return JSONResponse({}, status_code=499)
-    return JSONResponse(jsonable_encoder(reply.complete(collected)), headers=headers)
+    return JSONResponse(jsonable_encoder(started.reply.complete(collected)), headers=started.headers)
+
+
+def endpoint(
+    body: type, make_call: Callable[[Any, Request, ServerState], Call], name: str, doc: str
+) -> Callable[..., Awaitable[Response]]:
+    """A route's endpoint (for `APIRouter.add_api_route`) that validates a `body` (the dialect's
+    pydantic model: a 400 naming the field otherwise) and runs the skeleton on the `Call` that
+    `make_call(body, request, server)` makes of it. name: the route's name (its OpenAPI operation
+    id's start); doc: its description."""
+
+    async def run(req: Any, request: Request, server: Server) -> Response:
+        return await dispatch(server, request, make_call(req, request, server))
+
+    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # FastAPI reads the body's model here
+        [
+            inspect.Parameter("req", parameter, annotation=body),
+            inspect.Parameter("request", parameter, annotation=Request),
+            inspect.Parameter("server", parameter, annotation=Server),
+        ]
+    )
+    run.__name__, run.__doc__ = name, doc
+    return run

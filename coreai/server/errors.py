@@ -1,5 +1,5 @@
 """OpenAI error objects: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status,
-and under a dialect that registered its own shape (`install`: Anthropic's under /v1/messages) that.
+and under a dialect that registered its own shape for its paths (`install`) that.
 
 400 malformed JSON, bad parameters, invalid or unenforceable schemas and grammars; 401 missing or
 wrong API key; 404 unknown model or route; 413 oversized body; 429 full queue (with Retry-After);
@@ -9,7 +9,7 @@ wrong API key; 404 unknown model or route; 413 oversized body; 429 full queue (w
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -94,13 +94,14 @@ def from_library_error(exc: GrammarError | InputError, param: str | None = None)
     return bad_request(str(exc), param, "invalid_grammar")
 
 
-def field_path(loc, body) -> str:
+def field_path(loc, body, tags: Collection[str] = ()) -> str:
     """pydantic's error location as the request's field path: ("body", "messages", 0, "user",
     "content") -> "messages[0].content".
 
     Union-member labels (a discriminator tag such as "user", or "str" for a `str | list` field) are
     in the location but not in the request; walking the location along the request body tells
-    them apart from real keys.
+    them apart from real keys, and `tags` (the dialects' discriminator values, `Dialect.union_tags`)
+    from a missing or unknown key.
     """
     out, node = "", body
     for part in loc[1:] if loc and loc[0] == "body" else loc:
@@ -110,34 +111,32 @@ def field_path(loc, body) -> str:
             out, node = out + ("." if out else "") + str(part), node[part]
         elif not isinstance(node, (dict, list)) or isinstance(part, int):
             continue
-        elif "[" not in str(part) and str(part)[:1].islower() and part not in _UNION_TAGS:
+        elif "[" not in str(part) and str(part)[:1].islower() and part not in tags and part not in PYDANTIC_TAGS:
             out, node = out + ("." if out else "") + str(part), None  # a missing or unknown key
     return out
 
 
-# Discriminator values of the request models' unions (never field names missing from a request).
-_UNION_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "json_object", "json_schema", "str", "bool"}
-# The Messages API's block and tool tags (`coreai.server.anthropic.schemas`).
-_UNION_TAGS |= {"tool_use", "tool_result", "thinking", "redacted_thinking", "custom", "server"}
-_UNION_TAGS |= {"enabled", "adaptive", "disabled", "image", "document", "list[union[text,image]]"}
+# pydantic's own labels of a union's members (`str | list[...]`, ...), never field names.
+PYDANTIC_TAGS = frozenset({"str", "bool"})
 
 
-def _error_path(error: dict, body) -> str:
+def _error_path(error: dict, body, tags: Collection[str]) -> str:
     """The request field of one pydantic error; a missing field is named even when its name is also
     a union tag (`json_schema`: both the response format's tag and its field)."""
     loc = tuple(error.get("loc", ()))
     if error.get("type") == "missing" and loc and isinstance(loc[-1], str):
-        parent = field_path(loc[:-1], body)
+        parent = field_path(loc[:-1], body, tags)
         return f"{parent}.{loc[-1]}" if parent else loc[-1]
-    return field_path(loc, body)
+    return field_path(loc, body, tags)
 
 
-def validation_error(exc: RequestValidationError) -> APIError:
+def validation_error(exc: RequestValidationError, tags: Collection[str] = ()) -> APIError:
     """One pydantic error as a 400 naming its field: the one deepest in the request (for a union,
-    the member that matched furthest). Unknown fields say that they are not supported, so a client
-    learns a parameter was refused rather than ignored."""
+    the member that matched furthest; `tags`: the dialects' union tags, `field_path`). Unknown
+    fields say that they are not supported, so a client learns a parameter was refused rather than
+    ignored."""
     body = getattr(exc, "body", None)
-    errors = [(_error_path(e, body), e) for e in exc.errors()] or [("", {"type": "", "msg": "invalid request"})]
+    errors = [(_error_path(e, body, tags), e) for e in exc.errors()] or [("", {"type": "", "msg": "invalid request"})]
     param, first = max(errors, key=lambda pe: len(pe[0]))  # max keeps the first among equals
     kind = first.get("type", "")
     if kind == "json_invalid":
@@ -159,10 +158,12 @@ def validation_error(exc: RequestValidationError) -> APIError:
 _HTTP_CODES = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
 
 
-def install(app: FastAPI, shapes: Mapping[str, ErrorShape]) -> None:
+def install(app: FastAPI, shapes: Mapping[str, ErrorShape], tags: Collection[str] = ()) -> None:
     """Register the handlers that turn every failure into an error object of the route's dialect
-    (`shapes`, also read by the body limit: `app.state.error_shapes`)."""
+    (`shapes`, also read by the body limit: `app.state.error_shapes`); `tags`: the dialects' union
+    tags (`field_path`; `app.state.union_tags`)."""
     app.state.error_shapes = dict(shapes)
+    app.state.union_tags = frozenset(tags)
 
     def answer(error: APIError, request: Request) -> JSONResponse:
         return respond(error, request.url.path, request.app.state.error_shapes)
@@ -173,7 +174,7 @@ def install(app: FastAPI, shapes: Mapping[str, ErrorShape]) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        return answer(validation_error(exc), request)
+        return answer(validation_error(exc, request.app.state.union_tags), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

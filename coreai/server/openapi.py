@@ -1,14 +1,14 @@
 """The OpenAPI document (`/openapi.json`) tells the truth about errors and streams: every operation lists the
 error statuses the shell may answer (400 bad input, 401 key, 403 Host or Origin, 404, 413 body,
-429 queue, 500 bug, 503 shutting down or lost; Anthropic's 529 overloaded), each in the error shape
-of the dialect its path belongs to, and not FastAPI's 422, which this server never sends (its
+429 queue, 500 bug, 503 shutting down or lost; and a dialect's own, such as an overloaded 529), each
+in the error shape of the dialect its path belongs to, and not FastAPI's 422, which this server never sends (its
 validation errors are 400s, `coreai.server.errors`). Clients generated from the document and
 schema-driven fuzzers (tests/test_server_fuzz.py) then see only documented answers. A route that
 streams (`stream: true`) lists its 200 as JSON or `text/event-stream` (each event with its data)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -16,8 +16,6 @@ from fastapi import FastAPI
 from coreai.server.errors import ErrorResponse
 
 ERROR_STATUSES = ("400", "401", "403", "404", "413", "429", "500", "503")
-# The routes that answer `stream: true` with server-sent events: their 200 is JSON or an event stream.
-STREAMING_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
 # One event of an event stream as an SSE parser reads it (schemathesis checks each against this).
 EVENT_STREAM = {
     "schema": {
@@ -30,10 +28,13 @@ OPEN_STATUSES = ("403", "500", "503")  # routes without a key or a body: /health
 OPENAI_SCHEMA = "#/components/schemas/ErrorResponse"
 
 
-def install(app: FastAPI, shapes: Mapping[str, tuple[dict[str, Any], tuple[str, ...]]]) -> None:
+def install(
+    app: FastAPI, shapes: Mapping[str, tuple[dict[str, Any], tuple[str, ...]]], streaming: Collection[str] = ()
+) -> None:
     """Make `app.openapi()` list the error responses. shapes: path prefix -> (a dialect's error body
-    as JSON Schema, extra statuses it answers), e.g. {"/v1/messages": (schema, ("529",))}; other
-    paths answer OpenAI's `ErrorResponse`."""
+    as JSON Schema, extra statuses it answers: `Dialect.error_schemas`); other paths answer OpenAI's
+    `ErrorResponse`. streaming: the routes that answer `stream: true` with server-sent events (their
+    200 is JSON or an event stream)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -49,7 +50,7 @@ def install(app: FastAPI, shapes: Mapping[str, tuple[dict[str, Any], tuple[str, 
                 for method, operation in operations.items():
                     responses = operation.setdefault("responses", {})
                     responses.pop("422", None)
-                    if path in STREAMING_PATHS and method == "post":
+                    if path in streaming and method == "post":
                         ok = responses.setdefault("200", {"description": "the reply"})
                         ok.setdefault("content", {})["text/event-stream"] = EVENT_STREAM
                     for status in (*statuses, *extra):

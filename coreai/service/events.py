@@ -124,6 +124,38 @@ class Finish:
 Event = ReasoningDelta | ContentDelta | CallOpened | CallArguments | CallDone | Finish
 
 
+@dataclass(frozen=True)
+class WholeCall:
+    """A complete call's argument fragments, held until the grammar closed it (`whole_calls`); its
+    `CallOpened` came before, when the call began."""
+
+    opened: CallOpened
+    fragments: list[CallArguments]
+
+
+async def whole_calls(
+    events: AsyncIterator[Event],
+) -> AsyncIterator[ReasoningDelta | ContentDelta | CallOpened | WholeCall | Finish]:
+    """`events` with each call's fragments held until it is complete: a `CallOpened` passes as it
+    comes (a renderer closes its open text there), its `CallArguments` and `CallDone` become one
+    `WholeCall` once the grammar closed the call, and a call the budget cut yields nothing more, so
+    a client never gets arguments it cannot parse (the Messages and Responses streams: a client
+    replaying the output, as Codex does, would send them back)."""
+    held: dict[int, tuple[CallOpened, list[CallArguments]]] = {}
+    async for event in events:
+        if isinstance(event, CallOpened):
+            held[event.index] = (event, [])
+            yield event
+        elif isinstance(event, CallArguments):
+            held[event.index][1].append(event)
+        elif isinstance(event, CallDone):
+            opened, fragments = held.pop(event.index)
+            if event.complete:
+                yield WholeCall(opened, fragments)
+        else:
+            yield event  # text, reasoning, the Finish
+
+
 def decided(result: GenerationResult, reasoning: ReasoningPlan | None = None) -> Outcome:
     """guided's outcome of `result`: the verdict's for a constrained result (decided there), else
     `free_outcome` with the generation's reasoning plan. An "error" is logged (the engine's or the

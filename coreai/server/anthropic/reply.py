@@ -30,7 +30,7 @@ from coreai.server.anthropic.request import input_json
 from coreai.server.dispatch import Collected
 from coreai.server.streaming import merge, named_sse
 from coreai.service import Finish, Job, ReplyEvents, finish_of, job_events
-from coreai.service.events import CallArguments, CallDone, CallOpened, ContentDelta, ReasoningDelta
+from coreai.service.events import CallOpened, ContentDelta, ReasoningDelta, WholeCall, whole_calls
 from runtime import GenerationResult
 
 PING_SECONDS = 15.0  # a ping after this long without an event: clients' stream-idle watchdogs are minutes
@@ -125,26 +125,21 @@ class MessageReply:
         """The stream's events (see the module docstring); cancels the job when the client goes away
         (the generator is closed)."""
         blocks = _Blocks()
-        held: dict[int, list[dict]] = {}  # each open call's block and deltas, sent once it is complete
         try:
             start = {"input_tokens": prompt_tokens, "output_tokens": 0}
             yield {"type": "message_start", "message": self.message([], start_usage=start)}
             yield {"type": "ping"}
-            async for event in job_events(job, reply):
+            async for event in whole_calls(job_events(job, reply)):  # a call the budget cut is never sent
                 if isinstance(event, ReasoningDelta):
                     out = blocks.delta("thinking", {"type": "thinking_delta", "thinking": event.text})
                 elif isinstance(event, ContentDelta):
                     out = blocks.delta("text", {"type": "text_delta", "text": event.text})
                 elif isinstance(event, CallOpened):
                     out = blocks.close()
-                    held[event.index] = [tool_use_block(event.id, event.name, "")]
-                elif isinstance(event, CallArguments):
-                    held[event.index].append({"type": "input_json_delta", "partial_json": event.text})
-                elif isinstance(event, CallDone):
-                    start, *deltas = held.pop(event.index)
-                    out = []  # a call the budget cut is never sent
-                    if event.complete:
-                        out = [*blocks.close(), *blocks.open(start), *map(blocks.event, deltas), *blocks.close()]
+                elif isinstance(event, WholeCall):
+                    start = tool_use_block(event.opened.id, event.opened.name, "")
+                    deltas = [{"type": "input_json_delta", "partial_json": f.text} for f in event.fragments]
+                    out = [*blocks.close(), *blocks.open(start), *map(blocks.event, deltas), *blocks.close()]
                 else:
                     out = [*blocks.close(), *self._end(event)]
                 for item in out:

@@ -30,10 +30,9 @@ from pydantic_core import from_json
 from coreai.server.anthropic import schemas as m
 from coreai.server.anthropic.deferred import callable_tools, definition
 from coreai.server.errors import bad_request
-from coreai.server.pairing import tool_pairing_error
-from coreai.server.policy import Hint, ignored_fields
+from coreai.server.policy import Hint
 from coreai.service import GenerationRequest, Names
-from runtime.sampling import given_sampling
+from coreai.service.chat import pairing_error, sampling_of, template_call
 
 MESSAGES_NAMES = Names(
     messages="messages",
@@ -63,11 +62,10 @@ HONOURED_BETAS = ("structured-outputs-", "fine-grained-tool-streaming-", "interl
 
 
 def ignored(req: m.CountTokensRequest, betas: str | None) -> list[str]:
-    """What `req` asks for that this server accepts and does not apply: its hints, its hosted
-    tools (left out of the prompt, `hosted_tools`), `mcp_servers`, and the `anthropic-beta` values
-    (a comma-separated header) of features it does not have."""
-    names = ignored_fields(req.model_dump(by_alias=True, exclude_none=True), HINTS)
-    names += [f"tools[{i}] ({kind})" for i, kind in hosted_tools(req.tools or [])]
+    """What `req` asks for that this server accepts and does not apply beyond its hints (`HINTS`):
+    its hosted tools (left out of the prompt, `hosted_tools`), `mcp_servers`, and the
+    `anthropic-beta` values (a comma-separated header) of features it does not have."""
+    names = [f"tools[{i}] ({kind})" for i, kind in hosted_tools(req.tools or [])]
     names += ["mcp_servers"] if req.mcp_servers else []
     for beta in (b.strip() for b in (betas or "").split(",")):
         if beta and not beta.startswith(HONOURED_BETAS):
@@ -113,21 +111,21 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
     messages: list[dict] = [{"role": "system", "content": _system(req.system)}] if req.system else []
     for i, turn in enumerate(req.messages):
         messages += chat_messages(turn, i, definitions)
-    answered = [(t["role"], [c["id"] for c in t.get("tool_calls") or []], t.get("tool_call_id")) for t in messages]
-    if found := tool_pairing_error(answered):
+    if found := pairing_error(messages):
         at, field, message = found
         if field == "tool_calls":
             pending = message.rsplit("not answered: ", 1)[-1]
             message = f"each tool_use block needs a tool_result block in the next user message; not answered: {pending}"
         else:
             message = (
-                f"a tool_result block answers tool_use_id {answered[at][2]!r}, which no tool_use block before it has"
+                f"a tool_result block answers tool_use_id {messages[at].get('tool_call_id')!r}, which no tool_use "
+                "block before it has"
             )
         raise bad_request(f"messages: {message}", "messages")
     return GenerationRequest(
         messages=messages,
         names=MESSAGES_NAMES,
-        sampling=given_sampling(create) if create else {},
+        sampling=sampling_of(create) if create else {},
         max_tokens=min(create.max_tokens, max_tokens_cap or create.max_tokens) if create else None,
         stop=list(create.stop_sequences or []) if create else [],
         answer=_answer(req),
@@ -159,9 +157,7 @@ def chat_messages(message: m.Message, index: int, definitions: dict[str, str] | 
         elif isinstance(block, m.ToolUseBlock):
             if message.role != "assistant":
                 raise bad_request(f"{where}: tool_use blocks belong in assistant messages", where)
-            calls.append(
-                {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": block.input}}
-            )
+            calls.append(template_call(block.id, block.name, block.input))
         elif isinstance(block, m.ToolResultBlock):
             if message.role != "user":
                 raise bad_request(f"{where}: tool_result blocks belong in user messages", where)

@@ -1,29 +1,19 @@
 """What the OpenAI family shares with the Responses dialect, declared in one place: the Responses
-dialect imports these from here and nothing else of `coreai.server.openai`."""
+dialect imports these from here and nothing else of `coreai.server.openai` (what every dialect maps
+alike, roles, sampling, calls in the template's shape, tool pairing, is `coreai.server.mapping`'s)."""
 
 from coreai.server.openai.replies import chat_logprobs, usage_info
 from coreai.server.openai.reply_schemas import TokenLogprob
-from coreai.server.openai.request import (
-    HINTS,
-    REASONING_BUDGETS,
-    reasoning_of,
-    sampling_of,
-    structured_options,
-    template_call,
-    template_custom_call,
-)
+from coreai.server.openai.request import HINTS, parsed_arguments, reasoning_of, structured_options
 from coreai.server.openai.schemas import StructuredOutputs
 
 __all__ = [
     "HINTS",
-    "REASONING_BUDGETS",
     "StructuredOutputs",
     "TokenLogprob",
     "chat_logprobs",
+    "parsed_arguments",
     "reasoning_of",
-    "sampling_of",
     "structured_options",
-    "template_call",
-    "template_custom_call",
     "usage_info",
 ]

@@ -1,8 +1,8 @@
 """The OpenAI dialect's mapping: a validated chat completions body (`chat_request`) or legacy
 completions body (`completion_request`) to the service's `GenerationRequest`, once; the service
 prepares it (constraint, prompt, sampling, budget) and refuses what it must, naming these fields.
-`structured_options`, `template_call`, `template_custom_call`, `sampling_of` and
-`REASONING_BUDGETS` also serve the Responses dialect, through `coreai.server.openai.family`."""
+`structured_options`, `reasoning_of`, `parsed_arguments` and `HINTS` also serve the Responses dialect, through
+`coreai.server.openai.family`; what every dialect maps alike is `coreai.server.mapping`'s."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from typing import Any, cast
 
 from coreai.server.errors import bad_request
 from coreai.server.openai import schemas as s
-from coreai.server.policy import Hint, ignored_fields
+from coreai.server.policy import Hint
 from coreai.service import GenerationRequest, Names
-from guided.tools import INPUT
-from runtime.sampling import given_sampling
+from coreai.service.chat import sampling_of, template_call, template_custom_call, template_role
 
 REASONING_BUDGETS = {"low": 256, "medium": 1024, "high": 4096}  # reasoning_effort -> max reasoning tokens
 # The OpenAI family's fields of the field policy's class (b) (`coreai.server.policy`), chat's and
@@ -28,26 +27,12 @@ HINTS = (
 )
 
 
-def ignored(req) -> list[str]:
-    """The hints a chat, legacy completions or Responses body gives."""
-    return ignored_fields(req.model_dump(by_alias=True, exclude_none=True), HINTS)
-
-
 def reasoning_of(effort: str | None) -> dict[str, Any]:
     """The `GenerationRequest` fields of OpenAI's `reasoning_effort` (`reasoning.effort`): its
     budget, and a model that does not reason refuses it."""
     if effort is None:
         return {}
     return {"max_reasoning_tokens": REASONING_BUDGETS[effort], "require_reasoning": True}
-
-
-def sampling_of(req) -> dict[str, Any]:
-    """The sampling fields a chat, legacy completions or Responses body gives; OpenAI's seeds are
-    signed 64-bit, taken mod 2**64."""
-    given = given_sampling(req)
-    if "seed" in given:
-        given["seed"] %= 2**64
-    return given
 
 
 def chat_request(req: s.ChatCompletionRequest) -> GenerationRequest:
@@ -143,8 +128,7 @@ def template_message(m, index: int) -> dict:
     `developer` as `system`, tool-call arguments parsed from JSON text (templates render them with
     `tojson`). Raises a 400 `APIError` when a call's arguments are not JSON text."""
     content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)
-    role = "system" if m.role == "developer" else m.role
-    out = {"role": role, "content": content}
+    out: dict[str, Any] = {"role": template_role(m.role), "content": content}
     if getattr(m, "name", None) is not None:  # templates that know participants render it; others ignore it
         out["name"] = m.name
     if isinstance(m, s.AssistantMessage) and m.tool_calls:
@@ -152,7 +136,9 @@ def template_message(m, index: int) -> dict:
             template_custom_call(c.id, c.custom.name, c.custom.input)
             if isinstance(c, s.CustomToolCall)
             else template_call(
-                c.id, c.function.name, c.function.arguments, f"messages[{index}].tool_calls[{j}].function.arguments"
+                c.id,
+                c.function.name,
+                parsed_arguments(c.function.arguments, f"messages[{index}].tool_calls[{j}].function.arguments"),
             )
             for j, c in enumerate(m.tool_calls)
         ]
@@ -161,17 +147,10 @@ def template_message(m, index: int) -> dict:
     return out
 
 
-def template_call(call_id: str, name: str, arguments: str, param: str) -> dict:
-    """A tool call as the chat template expects it, its `arguments` JSON text parsed; a 400
-    (`APIError`) naming `param` when they are not JSON text."""
+def parsed_arguments(arguments: str, param: str) -> Any:
+    """A call's arguments, JSON text as the OpenAI family sends them, parsed; a 400 (`APIError`)
+    naming `param` when they are not JSON text."""
     try:
-        parsed = json.loads(arguments)
+        return json.loads(arguments)
     except ValueError:
         raise bad_request("tool call arguments must be JSON text", param) from None
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": parsed}}
-
-
-def template_custom_call(call_id: str, name: str, value: str) -> dict:
-    """A custom tool's call as the chat template expects it: a function call whose one string
-    argument is the input, the shape the tool is shown in (`guided.tools.custom`)."""
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": {INPUT: value}}}

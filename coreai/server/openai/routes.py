@@ -1,5 +1,5 @@
 """The OpenAI dialect's routes, under the API-key dependency: `/v1/chat/completions` and
-`/v1/completions`, each one `dispatch` of a `Call` (the body's mapping and its renderer)."""
+`/v1/completions`, each the skeleton's `endpoint` on a `Call` (the body's mapping and its renderer)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from coreai.server.dispatch import ERROR_RESPONSES, Server, dispatch
+from coreai.server.dispatch import ERROR_RESPONSES, endpoint
 from coreai.server.guard import require_api_key
 from coreai.server.openai import reply_schemas as o
 from coreai.server.openai import schemas as s
 from coreai.server.openai.replies import ChatReply, CompletionReply
-from coreai.server.openai.request import chat_request, completion_request, ignored
+from coreai.server.openai.request import HINTS, chat_request, completion_request
 from coreai.server.state import ServerState
 from coreai.service import GenerationJob, GenerationRequest
 
@@ -30,6 +30,7 @@ class OpenAICall:
     server: ServerState
     mapping: Callable[[Any], GenerationRequest]
     renderer: type[ChatReply] | type[CompletionReply]
+    hints = HINTS
 
     @property
     def model(self) -> str:
@@ -43,19 +44,39 @@ class OpenAICall:
         return self.mapping(self.body)
 
     def ignored(self) -> list[str]:
-        return ignored(self.body)
+        return []  # its hints only
 
     def reply(self, job: GenerationJob) -> ChatReply | CompletionReply:
         return self.renderer(self.body, job.constraint, self.server.model, self.body.model, job.reasoning)  # type: ignore[arg-type]
 
 
-@router.post("/chat/completions", response_model=o.ChatCompletion)
-async def chat_completions(req: s.ChatCompletionRequest, request: Request, server: Server):
-    """OpenAI chat completions (stream: SSE of `chat.completion.chunk`s ending `data: [DONE]`)."""
-    return await dispatch(server, request, OpenAICall(req, server, chat_request, ChatReply))
+def chat_call(req: s.ChatCompletionRequest, request: Request, server: ServerState) -> OpenAICall:
+    return OpenAICall(req, server, chat_request, ChatReply)
 
 
-@router.post("/completions", response_model=o.Completion)
-async def completions(req: s.CompletionRequest, request: Request, server: Server):
-    """OpenAI legacy text completions of a plain prompt (no chat template)."""
-    return await dispatch(server, request, OpenAICall(req, server, completion_request, CompletionReply))
+def completion_call(req: s.CompletionRequest, request: Request, server: ServerState) -> OpenAICall:
+    return OpenAICall(req, server, completion_request, CompletionReply)
+
+
+router.add_api_route(
+    "/chat/completions",
+    endpoint(
+        s.ChatCompletionRequest,
+        chat_call,
+        "chat_completions",
+        "OpenAI chat completions (stream: SSE of `chat.completion.chunk`s ending `data: [DONE]`).",
+    ),
+    methods=["POST"],
+    response_model=o.ChatCompletion,
+)
+router.add_api_route(
+    "/completions",
+    endpoint(
+        s.CompletionRequest,
+        completion_call,
+        "completions",
+        "OpenAI legacy text completions of a plain prompt (no chat template).",
+    ),
+    methods=["POST"],
+    response_model=o.Completion,
+)

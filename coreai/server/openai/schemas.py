@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Strict, Tag, model_validator
 
 from coreai.server.bodies import FUNCTION_NAME, Body, Request, field_error
-from coreai.server.pairing import tool_pairing_error
+from coreai.service.chat import tool_pairing_error
 from runtime.errors import InputError
 
 MAX_CHOICES = 16  # `n`: each choice is a row of the batch; more would mostly wait in the queue

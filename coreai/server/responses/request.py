@@ -10,20 +10,14 @@ from collections.abc import Sequence
 
 from coreai.server.errors import APIError, bad_request
 from coreai.server.openai.family import HINTS as FAMILY_HINTS
-from coreai.server.openai.family import (
-    reasoning_of,
-    sampling_of,
-    structured_options,
-    template_call,
-    template_custom_call,
-)
-from coreai.server.pairing import tool_pairing_error
-from coreai.server.policy import Hint, ignored_fields
+from coreai.server.openai.family import parsed_arguments, reasoning_of, structured_options
+from coreai.server.policy import Hint
 from coreai.server.responses import compaction
 from coreai.server.responses import schemas as r
 from coreai.server.responses.capsule import PREFIX, CapsuleError, open_capsule
 from coreai.server.responses.namespaces import flat_name, flatten
 from coreai.service import GenerationRequest, Names
+from coreai.service.chat import pairing_error, sampling_of, template_call, template_custom_call, template_role
 
 # The Responses fields of the field policy's class (b): the OpenAI family's (but `metadata`, which a
 # response echoes back) and Responses' own.
@@ -56,8 +50,7 @@ def generation_request(
     messages = instructions + conversation
     if not messages:
         raise APIError(400, "input: no message to answer (only reasoning items)", param="input", code="invalid_value")
-    answered = [(m["role"], [c["id"] for c in m.get("tool_calls") or []], m.get("tool_call_id")) for m in messages]
-    if found := tool_pairing_error(answered):
+    if found := pairing_error(messages):
         raise bad_request(f"input: {found[2]}", "input")
     if compaction.is_trigger(req):  # local compaction: the model summarizes the conversation
         summary = GenerationRequest(
@@ -102,12 +95,11 @@ def generation_request(
 
 
 def ignored(req: r.ResponseCreateRequest) -> list[str]:
-    """What `req` asks for that this server accepts and does not apply: its hints, `include`
-    values other than the logprobs and the reasoning capsule, and its hosted tools (left out of
-    what the model sees)."""
-    names = ignored_fields(req.model_dump(by_alias=True, exclude_none=True), HINTS)
+    """What `req` asks for that this server accepts and does not apply beyond its hints (`HINTS`):
+    `include` values other than the logprobs and the reasoning capsule, and its hosted tools (left
+    out of what the model sees)."""
     made = ("message.output_text.logprobs", "reasoning.encrypted_content")
-    names += [f"include: {value}" for value in req.include or [] if value not in made]
+    names = [f"include: {value}" for value in req.include or [] if value not in made]
     hosted = [(i, t.type) for i, t in enumerate(req.tools or []) if isinstance(t, r.HostedTool)]
     return names + [f"tools[{i}] ({kind})" for i, kind in hosted]
 
@@ -172,14 +164,15 @@ def template_message(message: dict, call_params) -> dict:
     """A chat message (dict) as the chat template expects it: `developer` as `system`, tool-call
     arguments parsed (a 400 naming the next of `call_params` when they are not JSON text), a custom
     call's input as its one argument."""
-    out = {"role": "system" if message["role"] == "developer" else message["role"], "content": message["content"]}
+    out = {"role": template_role(message["role"]), "content": message["content"]}
     calls = []
     for c in message.get("tool_calls") or []:
         param = next(call_params)  # one per call, in order, whichever its kind
         if c["type"] == "custom":
             calls.append(template_custom_call(c["id"], c["custom"]["name"], c["custom"]["input"]))
         else:
-            calls.append(template_call(c["id"], c["function"]["name"], c["function"]["arguments"], param))
+            arguments = parsed_arguments(c["function"]["arguments"], param)
+            calls.append(template_call(c["id"], c["function"]["name"], arguments))
     if calls:
         out["tool_calls"] = calls
     if message["role"] == "tool":

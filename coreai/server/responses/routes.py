@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
-from coreai.server.dispatch import ERROR_RESPONSES, Collected, Server, dispatch
+from coreai.server.dispatch import ERROR_RESPONSES, Collected, endpoint
 from coreai.server.errors import APIError
 from coreai.server.guard import require_api_key
 from coreai.server.openai.family import chat_logprobs, usage_info
@@ -32,7 +32,7 @@ from coreai.server.responses import schemas as r
 from coreai.server.responses.capsule import seal
 from coreai.server.responses.compaction import compaction_item, is_trigger, kept_user_messages
 from coreai.server.responses.namespaces import flatten
-from coreai.server.responses.request import generation_request, ignored
+from coreai.server.responses.request import HINTS, generation_request, ignored
 from coreai.server.responses.schemas import new_id
 from coreai.server.responses.store import ResponseStore, output_messages
 from coreai.server.responses.stream import events, keepalive, sse_events
@@ -183,6 +183,7 @@ class ResponsesCall:
     # A WebSocket connection's own store: its responses, `store: false` ones too, for the
     # `previous_response_id` of the connection's next request (`websocket.py`).
     cache: ResponseStore | None = None
+    hints = HINTS
 
     @property
     def model(self) -> str:
@@ -247,10 +248,22 @@ class ResponsesReply:
         return body
 
 
-@router.post("/responses", response_model=r.Response, responses=ERROR_RESPONSES)
-async def create_response(req: r.ResponseCreateRequest, request: Request, server: Server, store: Store):
-    """OpenAI Responses (stream: SSE of Responses events, `response.created` ... `response.completed`)."""
-    return await dispatch(server, request, ResponsesCall(req, server, store))
+def response_call(req: r.ResponseCreateRequest, request: Request, server: ServerState) -> ResponsesCall:
+    return ResponsesCall(req, server, response_store(request))
+
+
+router.add_api_route(
+    "/responses",
+    endpoint(
+        r.ResponseCreateRequest,
+        response_call,
+        "create_response",
+        "OpenAI Responses (stream: SSE of Responses events, `response.created` ... `response.completed`).",
+    ),
+    methods=["POST"],
+    response_model=r.Response,
+    responses=ERROR_RESPONSES,
+)
 
 
 class CompactReply(ResponsesReply):
@@ -284,15 +297,26 @@ class CompactCall(ResponsesCall):
         return CompactReply(self, job, self.users)
 
 
-@router.post("/responses/compact", responses=ERROR_RESPONSES)
-async def compact_response(req: r.ResponseCreateRequest, request: Request, server: Server, store: Store):
-    """OpenAI's compaction, done locally (`compaction.py`): `input` (and `previous_response_id`'s
-    conversation) summarized by the model into one `compaction` item, after the input's user messages."""
+def compact_call(req: r.ResponseCreateRequest, request: Request, server: ServerState) -> CompactCall:
+    """The request with a `compaction_trigger` appended, never streamed."""
     items = [r.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else list(req.input)
     trigger = r.CompactionTriggerItem(type="compaction_trigger")
     body = req.model_copy(update={"input": [*items, trigger], "stream": False})
-    call = CompactCall(body, server, store, users=kept_user_messages(req))
-    return await dispatch(server, request, call)
+    return CompactCall(body, server, response_store(request), users=kept_user_messages(req))
+
+
+router.add_api_route(
+    "/responses/compact",
+    endpoint(
+        r.ResponseCreateRequest,
+        compact_call,
+        "compact_response",
+        "OpenAI's compaction, done locally (`compaction.py`): `input` (and `previous_response_id`'s "
+        "conversation) summarized by the model into one `compaction` item, after the input's user messages.",
+    ),
+    methods=["POST"],
+    responses=ERROR_RESPONSES,
+)
 
 
 async def stored(stream, keep) -> AsyncGenerator[dict]:

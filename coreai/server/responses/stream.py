@@ -26,7 +26,7 @@ from coreai.server.responses import schemas as r
 from coreai.server.responses.schemas import new_id
 from coreai.server.streaming import merge, named_sse
 from coreai.service import Finish, Job, ReplyEvents, job_events
-from coreai.service.events import CallArguments, CallDone, CallOpened, ContentDelta, ReasoningDelta
+from coreai.service.events import CallOpened, ContentDelta, ReasoningDelta, WholeCall, whole_calls
 
 # `response.in_progress` again after this long without an event (seconds): Codex aborts a stream
 # with no parsed event for `stream_idle_timeout_ms` (300 s by default; SSE comments do not count)
@@ -51,7 +51,6 @@ class _Renderer:
         self.builder = builder
         self.output: list = []  # the items opened, in order: their output_index
         self.ids: dict = {}  # "reasoning", "message", a call's index -> its item's id
-        self.held: dict[int, tuple] = {}  # an open call's index -> (item, its argument pieces)
         self.current: _Text | None = None
 
     def text_delta(self, kind: str, text: str, logprobs: list[dict]):
@@ -98,11 +97,15 @@ class _Renderer:
         c.item.status = status
         yield {"type": "response.output_item.done", "output_index": c.index, "item": c.item.model_dump()}
 
-    def call_opened(self, event: CallOpened):
-        """A call's events are held until it is complete (`call_done`): a call the budget cut is never
-        sent, so that a client replaying the output (Codex does) never sends back its partial arguments."""
+    def call_opened(self):
+        """A call began: the open text item ends (the call's own events wait for it to be complete:
+        `whole_calls`)."""
         if self.current is not None:
             yield from self.close_text("completed")
+
+    def whole_call(self, call: WholeCall):
+        """A complete call's events, together."""
+        event, pieces = call.opened, [f.text for f in call.fragments]
         item: r.OutputFunctionCall | r.OutputCustomToolCall
         if event.kind == "custom":
             item = r.OutputCustomToolCall(
@@ -110,16 +113,6 @@ class _Renderer:
             )
         else:
             item = self.builder.function_call(new_id("fc_"), event.id, event.name, "", "in_progress")
-        self.held[event.index] = (item, [])
-
-    def call_arguments(self, event: CallArguments):
-        self.held[event.index][1].append(event.text)
-        yield from ()
-
-    def call_done(self, event: CallDone):
-        item, pieces = self.held.pop(event.index)
-        if not event.complete:
-            return
         index = len(self.output)
         self.ids[event.index] = item.id
         self.output.append(item)
@@ -169,7 +162,7 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
     try:
         yield {"type": "response.created", "response": builder.response().model_dump()}
         yield in_progress(builder)
-        async for event in job_events(job, reply):
+        async for event in whole_calls(job_events(job, reply)):  # a call the budget cut is never sent
             if builder.compaction and isinstance(event, (ReasoningDelta, ContentDelta)):
                 continue  # the summary is sent as the compaction item, once whole
             if isinstance(event, ReasoningDelta):
@@ -178,11 +171,9 @@ async def events(builder, reply: ReplyEvents, job: Job) -> AsyncIterator[dict]:
                 logprobs = chat_logprobs(builder.tokenizer, event.logprobs) if builder.logprobs else []
                 out = render.text_delta("message", event.text, [e.model_dump() for e in logprobs])
             elif isinstance(event, CallOpened):
-                out = render.call_opened(event)
-            elif isinstance(event, CallArguments):
-                out = render.call_arguments(event)
-            elif isinstance(event, CallDone):
-                out = render.call_done(event)
+                out = render.call_opened()
+            elif isinstance(event, WholeCall):
+                out = render.whole_call(event)
             else:
                 out = render.finish(event)
             for item in out:

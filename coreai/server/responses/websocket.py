@@ -29,12 +29,11 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from coreai.server.dispatch import ignored_names, prepare, submit
+from coreai.server.dispatch import start
 from coreai.server.errors import APIError, validation_error
 from coreai.server.guard import require_api_key
-from coreai.server.policy import ignored_headers
 from coreai.server.responses import schemas as r
-from coreai.server.responses.routes import ResponseBuilder, ResponsesCall, input_items
+from coreai.server.responses.routes import ResponseBuilder, ResponsesCall, ResponsesReply, input_items
 from coreai.server.responses.store import ResponseStore
 from coreai.server.streaming import failure
 
@@ -103,17 +102,18 @@ class Connection:
         try:
             return r.ResponseCreateRequest.model_validate(body), generate
         except ValidationError as exc:
-            raise validation_error(RequestValidationError(exc.errors(), body=body)) from None
+            tags = self.app.state.union_tags
+            raise validation_error(RequestValidationError(exc.errors(), body=body), tags) from None
 
     async def create(self, parsed: tuple[r.ResponseCreateRequest, bool]) -> None:
         req, generate = parsed
         call = ResponsesCall(req, self.server, self.app.state.responses, cache=self.cache)
         if not generate:
             return await self.prewarm(call)
-        generation, job = await prepare(self.server, call)
-        self.jobs = submit(self.server, job, generation.names)
-        ignored_headers(ignored_names(call, job))  # no headers on a socket: logged
-        reply = call.reply(job)
+        started = await start(self.server, call)  # the one skeleton; its headers are logged, not sent
+        self.jobs = started.jobs
+        reply = started.reply
+        assert isinstance(reply, ResponsesReply)  # a ResponsesCall's
         stream = reply.stream(self.jobs)
         try:
             async for event in stream:
