@@ -21,6 +21,7 @@ import pytest
 
 from guided import get_tokenizer_info, make_spec
 from guided.journal import GrammarJournal
+from runtime.blas import blas_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 GRACE = 3.0  # --shutdown-timeout: seconds the running generation gets after Ctrl-C
@@ -47,6 +48,8 @@ def start_server(model_dir: Path, journal: Path) -> tuple[subprocess.Popen, str]
         proc.kill()
         raise AssertionError(f"the server did not start: {proc.communicate()[1]}") from None
     assert line.startswith("coreai serve: "), line
+    blas = lines.get(timeout=30)  # then the BLAS and its threads (issue 60)
+    assert blas.startswith("coreai serve: BLAS ") and blas_in_use().split(",")[0] in blas, blas
     return proc, line.split(" on ", 1)[1].split("/v1", 1)[0]
 
 

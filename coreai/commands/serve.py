@@ -11,6 +11,7 @@ from pathlib import Path
 from coreai import store
 from coreai.commands import common
 from coreai.server.config import ServerConfig  # no FastAPI: `coreai --help` stays quick
+from runtime.blas import blas_in_use
 from runtime.errors import InputError
 
 log = logging.getLogger("coreai.server")
@@ -239,6 +240,7 @@ def serve(model, config: ServerConfig, sock: socket.socket, args) -> int:
     app = create_app(model, config)
     port = sock.getsockname()[1]  # the port bound (--port 0 picks a free one)
     print(f"coreai serve: {model.name} on http://{args.host}:{port}/v1 (docs at /docs)", flush=True)
+    print(f"coreai serve: BLAS {blas_in_use()}", flush=True)  # the compute behind prefill (runtime/blas.py)
     server = Server(app, log_level="info" if args.verbose else "warning")
     try:
         server.run(sockets=[sock])
