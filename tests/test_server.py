@@ -586,6 +586,7 @@ def test_null_parameters_take_their_defaults(tiny):
         (chat_body(repetition_penalty=float("inf")), 400, "repetition_penalty", "finite"),
         (chat_body(top_p=0), 400, "top_p", "top_p must be in (0, 1]"),
         (chat_body(repetition_penalty=0), 400, "repetition_penalty", "repetition_penalty must be a finite number > 0"),
+        (chat_body(max_tokens=100000), 400, "max_tokens", "<= 480"),
         # Checked once, by the runtime's check (the server maps its error): the field named, either name.
         (chat_body(max_tokens=0), 400, "max_tokens", "max_tokens must be an integer >= 1, got 0"),
         (chat_body(max_completion_tokens=0, max_tokens=5), 400, "max_completion_tokens", ">= 1, got 0"),
@@ -1278,7 +1279,7 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     from coreai.server.openai import schemas
     from coreai.service.engine import Piece
     from coreai.service import Job
-    from coreai.server.openai.reply import ChatReply
+    from coreai.server.openai.replies import ChatReply
 
     def call(i, on):
         return [
