@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# The real agent CLIs the tests drive (Claude Code, Codex: package.json), when Node's npm is here.
+# The real agent CLIs the tests drive and `coreai launch` runs (Claude Code, Codex, opencode: package.json), when Node's npm is here.
 NODE_STAMP := node_modules/.installed
 $(NODE_STAMP): package.json package-lock.json
 	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --loglevel=error && touch $(NODE_STAMP); \
