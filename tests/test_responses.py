@@ -18,7 +18,7 @@ import coreai  # noqa: F401 - loads the system BLAS before mlx.core
 from coreai.server import ServerConfig
 from coreai.server.background import serve_in_thread
 from coreai.server.responses.store import ResponseStore, output_messages
-from coreai.server.responses.routes import ResponseBuilder
+from coreai.server.responses.reply import ResponseBuilder
 from coreai.server.responses.schemas import OutputMessage, OutputTextPart, ResponseCreateRequest
 from runtime import GenerationResult, Timings, Usage
 

@@ -1279,7 +1279,7 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     from coreai.server.openai import schemas
     from coreai.service.engine import Piece
     from coreai.service import Job
-    from coreai.server.openai.replies import ChatReply
+    from coreai.server.openai.reply import ChatReply
 
     def call(i, on):
         return [

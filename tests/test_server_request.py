@@ -14,9 +14,9 @@ from coreai.server.config import ServerConfig
 from coreai.server.dispatch import prepared
 from coreai.server.errors import APIError
 from coreai.server.openai import schemas
-from coreai.server.openai.replies import ChatReply
+from coreai.server.openai.reply import ChatReply
+from coreai.server.responses.reply import ResponseBuilder
 from coreai.server.responses.request import RESPONSES_NAMES, generation_request
-from coreai.server.responses.routes import ResponseBuilder
 from coreai.server.responses.schemas import ResponseCreateRequest
 from coreai.server.responses.stream import events
 from coreai.service import Job, ReplyEvents, Service

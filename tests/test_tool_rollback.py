@@ -139,7 +139,7 @@ def test_streamed_call_ids_are_the_result_ids(tiny_model):
     """The server streams each call's first delta with the id the call's `ToolCall` has: the real
     engine, job and chat reply, the result's calls beside the chunks."""
     from coreai.server.openai import schemas
-    from coreai.server.openai.replies import ChatReply
+    from coreai.server.openai.reply import ChatReply
     from coreai.service import Job
     from coreai.service.engine import Engine
     from coreai.service.job import GenerationJob as GenerationParams

@@ -13,7 +13,7 @@ from coreai.server.dispatch import ERROR_RESPONSES, endpoint
 from coreai.server.guard import require_api_key
 from coreai.server.openai import reply_schemas as o
 from coreai.server.openai import schemas as s
-from coreai.server.openai.replies import ChatReply, CompletionReply
+from coreai.server.openai.reply import ChatReply, CompletionReply
 from coreai.server.openai.request import HINTS, chat_request, completion_request
 from coreai.server.state import ServerState
 from coreai.service import GenerationJob, GenerationRequest

@@ -33,7 +33,8 @@ from coreai.server.dispatch import start
 from coreai.server.errors import APIError, validation_error
 from coreai.server.guard import require_api_key
 from coreai.server.responses import schemas as r
-from coreai.server.responses.routes import ResponseBuilder, ResponsesCall, ResponsesReply, input_items
+from coreai.server.responses.reply import ResponseBuilder, ResponsesReply, input_items
+from coreai.server.responses.routes import ResponsesCall
 from coreai.server.responses.store import ResponseStore
 from coreai.server.streaming import failure
 
