@@ -29,8 +29,11 @@ $(VENV)/.demo-installed: pyproject.toml
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/coreai demo
 
-test: $(STAMP) $(NODE_STAMP)
-	$(PY) -m pytest -q
+# The whole suite, each test once: the fast lane first (every test that needs no real model, a
+# break fails in minutes), then the tests of the `model` marker, which export the real models on
+# first use.
+test: test-fast
+	$(PY) -m pytest -q -m model
 
 # Every test that needs no real model, with an empty model cache: nothing is exported (a test that
 # tries fails, see tests/conftest.py). The fresh cache is removed afterwards.
