@@ -168,7 +168,7 @@ def launched(name: str, port: int, tmp_path: Path, *cli_args: str, launch_args=(
     work.mkdir()
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_", "OPENCODE_"))}
-    env |= {"HOME": str(home), "NO_COLOR": "1"}
+    env |= {"HOME": str(home), "NO_COLOR": "1", "PWD": str(work)}  # opencode's project folder is $PWD
     cmd = [sys.executable, "-m", "coreai", "launch", name, "--port", str(port), "--config-dir", str(tmp_path / "cfg")]
     return subprocess.run(
         [*cmd, *launch_args, "--", *cli_args],

@@ -63,6 +63,7 @@ def run_task(task: Task, args, host: str, port: int) -> dict:
         command = [*launch, "--", *transcripts.cli_args(args.client, task.prompt, args.max_turns)]
         drop = ("ANTHROPIC_", "OPENAI_", "CODEX_", "OPENCODE_", "CLAUDE_")
         env = {k: v for k, v in os.environ.items() if not k.startswith(drop)} | {"HOME": str(home), "NO_COLOR": "1"}
+        env["PWD"] = str(work)  # opencode takes its project folder from $PWD, not the process's cwd
         before = health(args.base_url)["stats"]
         start = time.monotonic()
         lines: list[tuple[float, dict]] = []
@@ -152,27 +153,26 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         p.error(f"no coreai serve answers at {args.base_url}/health ({exc}): start one first")
     load = [round(x, 2) for x in os.getloadavg()]
-    rows = []
-    for name in names:
+    name = f"agent_tasks_{args.client}{'_short' if args.short else ''}.json"
+    out = args.out or ROOT / "benchmarks" / "results" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    for name in names:  # the file is written after each task: a run stopped midway keeps its tasks
         rows.append(run_task(BY_NAME[name], args, host, port))
         r = rows[-1]
         print(f"{name}: {'pass' if r['passed'] else 'FAIL'} ({r['why']}) {r['wall_s']} s", flush=True)
+        end = [round(x, 2) for x in os.getloadavg()]
+        result = {
+            "command": " ".join(["python -m benchmarks.agent_tasks", *(argv if argv is not None else sys.argv[1:])]),
+            "client": args.client,
+            "server": {k: server.get(k) for k in ("model", "aliases")},
+            "load_average": {"start": load, "end": end},
+            "passed": sum(r["passed"] for r in rows),
+            "tasks": rows,
+        }
+        out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(rows))
-    passed = sum(r["passed"] for r in rows)
-    end = [round(x, 2) for x in os.getloadavg()]
-    print(f"{passed}/{len(rows)} passed; load average {load} at the start, {end} at the end")
-    name = f"agent_tasks_{args.client}{'_short' if args.short else ''}.json"
-    out = args.out or ROOT / "benchmarks" / "results" / name
-    result = {
-        "command": " ".join(["python -m benchmarks.agent_tasks", *(argv if argv is not None else sys.argv[1:])]),
-        "client": args.client,
-        "server": {k: server.get(k) for k in ("model", "aliases")},
-        "load_average": {"start": load, "end": end},
-        "passed": passed,
-        "tasks": rows,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{sum(r['passed'] for r in rows)}/{len(rows)} passed; load average {load} at the start, {end} at the end")
     print(f"written {out}")
     return 0
 

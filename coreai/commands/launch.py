@@ -219,7 +219,10 @@ def run(args) -> int:
         ids = agent_config.takes_claude_ids(body.get("aliases"))
         setup = agent_config.setup(args.cli, target_of(args, body, key), folder, args.short, ids)
         setup.write()
-        return run_cli([program, *setup.args, *cli_args], setup.environ())
+        env = setup.environ()
+        if os.path.realpath(env.get("PWD", "")) != os.getcwd():  # opencode takes its project folder from $PWD
+            env["PWD"] = os.getcwd()
+        return run_cli([program, *setup.args, *cli_args], env)
     finally:
         if server is not None:
             stop_server(server)
