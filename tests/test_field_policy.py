@@ -164,3 +164,30 @@ def test_every_hint_is_in_the_docs_table():
         missing = {h.path for h in hints} - documented
         assert not missing, (dialect, missing)
     assert documented <= {h.path for h in (*MESSAGES_HINTS, *OPENAI_HINTS, *RESPONSES_HINTS)}
+
+
+def test_a_budget_above_the_servers_is_capped_and_named_in_every_dialect(tiny):
+    """One rule for every dialect (the field table): a reply bound above the server's `--max-tokens`
+    (8 here; agent CLIs send 32000) is cut to it and named in `x-coreai-ignored`, never a 400;
+    one at the bound is not named. Through the real SDKs, whole and streamed."""
+    named = "{} 32000 (capped to the server's 8)"
+    oa = openai.OpenAI(base_url=tiny + "/v1", api_key="k")
+    for field in ("max_tokens", "max_completion_tokens"):
+        raw = oa.chat.completions.with_raw_response.create(model="tiny", messages=USER, **{field: 32000})
+        assert named.format(field) in ignored(raw.http_response)
+        assert raw.parse().usage.completion_tokens <= 8
+    with oa.chat.completions.with_streaming_response.create(
+        model="tiny", messages=USER, max_tokens=32000, stream=True
+    ) as streamed:
+        assert named.format("max_tokens") in ignored(streamed.http_response)
+        assert "data: [DONE]" in streamed.read().decode()
+    raw = oa.responses.with_raw_response.create(model="tiny", input="Say something.", max_output_tokens=32000)
+    assert named.format("max_output_tokens") in ignored(raw.http_response)
+    assert raw.parse().usage.output_tokens <= 8
+    an = anthropic.Anthropic(base_url=tiny, api_key="k")
+    # A timeout given: the SDK refuses a non-streaming 32000-token request without one (Claude Code streams).
+    raw = an.messages.with_raw_response.create(model="tiny", max_tokens=32000, messages=USER, timeout=60)
+    assert named.format("max_tokens") in ignored(raw.http_response)
+    assert raw.parse().usage.output_tokens <= 8
+    at_bound = an.messages.with_raw_response.create(model="tiny", max_tokens=8, messages=USER)
+    assert not [name for name in ignored(at_bound.http_response) if "capped" in name]

@@ -474,3 +474,65 @@ def test_a_fault_mid_stream_is_the_api_error_event():
     first, fault = asyncio.run(frames(responses_sse))
     assert json.loads(first.split("data: ", 1)[1])["sequence_number"] == 0
     assert json.loads(fault.split("data: ", 1)[1])["sequence_number"] == 1
+
+
+def test_client_run_tool_types_are_shown_to_the_model_and_not_named(tiny):
+    """Anthropic's client-run types (`bash_20250124`, `text_editor_*`, `memory_*`) carry no
+    `input_schema`: the model sees them with their published schemas (the prompt grows by them) and
+    the header does not name them as left out; computer use (screenshots) still is."""
+    c = client(tiny)
+    bash = {"type": "bash_20250124", "name": "bash"}
+    computer = {"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768}
+    bare = c.messages.count_tokens(model="tiny", messages=USER).input_tokens
+    raw = c.messages.with_raw_response.count_tokens(model="tiny", messages=USER, tools=[bash, computer])
+    with_tools = raw.parse().input_tokens
+    assert with_tools > bare + 40, (bare, with_tools)  # the bash schema's tokens (the tiny context is 512)
+    assert raw.headers.get("x-coreai-ignored") == "tools[1] (computer_20250124)"
+    with pytest.raises(anthropic.BadRequestError, match="computer"):  # forced, it is still not run here
+        c.messages.create(
+            model="tiny",
+            max_tokens=5,
+            messages=USER,
+            tools=[computer],
+            tool_choice={"type": "tool", "name": "computer"},
+        )
+
+
+def test_a_forced_bash_call_validates_against_its_published_schema(qwen):
+    from coreai.server.anthropic.client_tools import BASH
+
+    c = client(qwen)
+    ask = [{"role": "user", "content": "List the files in /tmp."}]
+    tools = [{"type": "bash_20250124", "name": "bash"}]
+    reply = c.messages.create(model="qwen", max_tokens=60, messages=ask, tools=tools, tool_choice={"type": "any"})
+    [call] = [b for b in reply.content if b.type == "tool_use"]
+    assert reply.stop_reason == "tool_use" and call.name == "bash"
+    jsonschema.validate(call.input, BASH)
+    assert "ls" in call.input["command"]
+
+
+@pytest.mark.parametrize(
+    "kind, name, sample",
+    [
+        ("bash_20250124", "bash", {"command": "ls -la"}),
+        ("text_editor_20250124", "str_replace_editor", {"command": "undo_edit", "path": "/a.py"}),
+        (
+            "text_editor_20250728",
+            "str_replace_based_edit_tool",
+            {"command": "view", "path": "/a", "view_range": [1, 9]},
+        ),
+        ("memory_20250818", "memory", {"command": "rename", "old_path": "/memories/a", "new_path": "/memories/b"}),
+    ],
+)
+def test_each_client_run_type_maps_to_its_published_schema(kind, name, sample):
+    from coreai.server.anthropic import schemas as m
+    from coreai.server.anthropic.request import hosted_tools, model_tools
+
+    tools = [m.ServerTool.model_validate({"type": kind, "name": name})]
+    [tool] = model_tools(tools)
+    assert tool.name == name and not hosted_tools(tools)
+    jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+    jsonschema.validate(sample, tool.input_schema)
+    if kind == "text_editor_20250728":  # no undo_edit in the newer editor
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"command": "undo_edit", "path": "/a"}, tool.input_schema)

@@ -103,7 +103,6 @@ def preparer(tiny_model):
 @pytest.mark.parametrize(
     "fields, param, words",
     [
-        ({"max_output_tokens": 500}, "max_output_tokens", "max_output_tokens must be <= 100"),
         ({"tools": [{**WEATHER, "parameters": {"type": "array"}}]}, "tools[0].parameters", "object"),
         ({"reasoning": {"effort": "low"}}, "reasoning.effort", "reasoning.effort: this model does not reason"),
         ({"input": "x " * 5000}, "input", "context"),
@@ -204,3 +203,41 @@ def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
     deltas = "".join(e["delta"] for e in streamed if e["type"] == "response.function_call_arguments.delta")
     assert [(i["call_id"], i["status"]) for i in done] == [("call_a", "completed")] and deltas == done[0]["arguments"]
     assert streamed[-1]["response"]["output"] == done
+
+
+def test_local_shell_is_a_tool_the_model_sees_and_its_calls_come_back_as_local_shell_calls():
+    """Responses' client-run `local_shell` tool: shown to the model as the `local_shell` function
+    (its `exec` action's fields), a call of it rendered as a `local_shell_call` item, and a call and
+    output passed back rendered as the same call and its result."""
+    from coreai.server.responses import local_shell
+
+    call = {"type": "local_shell_call", "id": "lsh_1", "call_id": "c1", "status": "completed"}
+    call["action"] = {"type": "exec", "command": ["ls", "-la"], "env": {}, "working_directory": "/tmp"}
+    output = {"type": "local_shell_call_output", "id": "c1", "output": "a.txt"}
+    req = responses_body(input=[call, output, {"role": "user", "content": "And?"}], tools=[{"type": "local_shell"}])
+    generation, _ = generation_request(req)
+    assert generation.tools == [{"type": "function", "function": {**local_shell.tool().model_dump(exclude={"type"})}}]
+    assistant, result = generation.messages[0], generation.messages[1]
+    arguments = {"command": ["ls", "-la"], "working_directory": "/tmp"}
+    assert assistant["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "local_shell", "arguments": arguments}}
+    ]
+    assert result == {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}
+    builder = ResponseBuilder(req, "tiny", None)
+    item = builder.function_call("lsh_2", "c2", "local_shell", '{"command": ["pwd"]}', "completed")
+    assert item.model_dump() == {
+        "type": "local_shell_call",
+        "id": "lsh_2",
+        "call_id": "c2",
+        "action": {
+            "type": "exec",
+            "command": ["pwd"],
+            "env": {},
+            "timeout_ms": None,
+            "user": None,
+            "working_directory": None,
+        },
+        "status": "completed",
+    }
+    plain = ResponseBuilder(responses_body(tools=[WEATHER]), "tiny", None)  # no local_shell tool: a function call
+    assert plain.function_call("fc_1", "c3", "local_shell", "{}", "completed").type == "function_call"

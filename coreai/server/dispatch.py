@@ -140,10 +140,12 @@ async def prepare(server: ServerState, call: Call) -> tuple[GenerationRequest, G
 
 def ignored_names(call: Call, job: GenerationJob) -> list[str]:
     """What `x-coreai-ignored` names for `call`: the hints its body gives (`Call.hints`), what else
-    it asks for and is not applied (`Call.ignored`: hosted tools, ...) and the volatile prompt
-    markers the service removed (`GenerationJob.removed`)."""
+    it asks for and is not applied (`Call.ignored`: hosted tools, ...), a budget cut to the
+    server's bound (`GenerationJob.capped`) and the volatile prompt markers the service removed
+    (`GenerationJob.removed`)."""
     hinted = ignored_fields(call.body.model_dump(by_alias=True, exclude_none=True), call.hints)
-    return [*hinted, *call.ignored(), *(f"{name} (removed from the prompt)" for name in job.removed)]
+    markers = (f"{name} (removed from the prompt)" for name in job.removed)
+    return [*hinted, *call.ignored(), *job.capped, *markers]
 
 
 @dataclass

@@ -24,7 +24,8 @@ class GenerationJob:
     (`runtime.reasoning.plan_reasoning`: a thinking model's block, its budget), or None.
     n: the request's choices (`choices()`). origins: pieces carry each token's origin.
     removed: the volatile prompt markers taken out of the messages (`coreai.service.markers`), by
-    rule name. key: what makes two requests the same generation (`request.resend_key`; None: none)."""
+    rule name. capped: the budget asked for above the server's bound, cut to it (`Settings.max_tokens_limit`),
+    as the header names it. key: what makes two requests the same generation (`request.resend_key`; None: none)."""
 
     prompt_ids: list[int]
     sampling: SamplingParams
@@ -38,6 +39,7 @@ class GenerationJob:
     n: int = 1
     origins: bool = False
     removed: tuple[str, ...] = ()
+    capped: tuple[str, ...] = ()
     key: str | None = None
 
     def choices(self) -> list[GenerationJob]:

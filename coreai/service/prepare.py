@@ -40,7 +40,9 @@ class Settings:
         `guided.schema_prompt`'s). options: `guided.Constraint` keyword arguments every constraint
         gets (strict, lenient, max_reasoning_tokens, ...). sampling: `SamplingParams` defaults by
         field name (the server's temperature). max_tokens: the budget of a request that gives none;
-        max_tokens_limit: the largest a request may ask for (None: no bound). speculative: the
+        max_tokens_limit: the largest budget a request gets (None: no bound); a larger one is cut to
+        it and the cut is named (`GenerationJob.capped`), in every dialect alike: agent clients send
+        their own ceiling (Claude Code and opencode: 32000), not a budget. speculative: the
         speculative decoding of a request that does not choose. guided: False when the grammar
         engine cannot use the model's tokenizer (then every constrained request is refused).
         loop_guard: a call identical (name and arguments) to one the conversation already answered
@@ -179,8 +181,12 @@ def prepare(
         )
     ids, reasoning = _render(model, req, constraint, settings)
     budget = settings.max_tokens
+    capped: tuple[str, ...] = ()
     if req.max_tokens is not None:
-        budget = check_max_tokens(req.max_tokens, settings.max_tokens_limit, names.max_tokens)
+        budget = check_max_tokens(req.max_tokens, None, names.max_tokens)
+        limit = settings.max_tokens_limit
+        if limit is not None and budget > limit:
+            capped, budget = (f"{names.max_tokens} {budget} (capped to the server's {limit})",), limit
     sampling = SamplingParams(**{**settings.sampling, **req.sampling})
     sampling.check_token_ids(model.vocab_size)
     if model.context_length:
@@ -205,6 +211,7 @@ def prepare(
         n=req.n,
         origins=req.origins,
         removed=tuple(removed),
+        capped=capped,
         key=resend_key(req),
     )
 

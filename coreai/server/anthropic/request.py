@@ -11,11 +11,13 @@ What maps to what:
   `thinking` / `redacted_thinking` blocks are dropped (chat templates drop earlier reasoning).
 - `output_config.format` (or the beta's top-level `output_format`) -> the answer's JSON Schema,
   enforced by the grammar; `tools` -> function tools whose arguments are always constrained to
-  `input_schema`; `tool_choice` auto / any / tool / none -> auto / required / the named function /
+  `input_schema` (the client-run types `bash_*`, `text_editor_*`, `memory_*` to their published
+  schemas: `client_tools`); `tool_choice` auto / any / tool / none -> auto / required / the named function /
   none; `disable_parallel_tool_use` -> one call at most.
 - `defer_loading` tools and `tool_reference` blocks: Anthropic's tool search (`deferred`): a deferred
   tool is shown and callable once a reference loads it, the reference expanding to its definition.
-- `max_tokens` -> the budget, cut to the server's `--max-tokens` (Anthropic's clients send a ceiling).
+- `max_tokens` -> the budget (above the server's `--max-tokens`: cut to it and named, as in every
+  dialect: `coreai.service.prepare`).
 - `thinking` enabled -> the reasoning budget `budget_tokens`; adaptive -> the default budget;
   disabled -> `enable_thinking: false` for the chat template. A model that does not reason
   answers without thinking blocks.
@@ -28,6 +30,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from coreai.server.anthropic import schemas as m
+from coreai.server.anthropic.client_tools import client_tool
 from coreai.server.anthropic.deferred import callable_tools, definition
 from coreai.server.errors import bad_request
 from coreai.server.policy import Hint
@@ -74,15 +77,27 @@ def ignored(req: m.CountTokensRequest, betas: str | None) -> list[str]:
 
 
 def hosted_tools(tools: list) -> list[tuple[int, str]]:
-    """(index, type) of the server tools among `tools`: hosted by Anthropic, not run here."""
-    return [(i, tool.type) for i, tool in enumerate(tools) if isinstance(tool, m.ServerTool)]
+    """(index, type) of the server tools among `tools`: hosted by Anthropic (or computer use,
+    whose screenshots these models cannot read), not run here; the client-run types
+    (`client_tools.CLIENT_TOOLS`) are client tools."""
+    return [(i, tool.type) for i, tool in enumerate(tools) if isinstance(tool, m.ServerTool) and not client_tool(tool)]
 
 
-def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = None) -> GenerationRequest:
+def model_tools(tools: list) -> list[m.Tool]:
+    """The tools the model sees, in the request's order: client tools, and the client-run types as
+    the client tools they stand for (`client_tools.client_tool`)."""
+    out = []
+    for tool in tools:
+        if isinstance(tool, m.ServerTool):
+            tool = client_tool(tool)
+        if tool is not None:
+            out.append(tool)
+    return out
+
+
+def generation_request(req: m.CountTokensRequest) -> GenerationRequest:
     """The generation `req` asks for (a `CountTokensRequest` renders the same prompt, with no
-    budget). `max_tokens_cap`: the server's bound of a reply; a larger `max_tokens` (Claude Code
-    asks for 32,000) is cut to it rather than refused, since Anthropic's clients send their own
-    ceiling, not a budget (a reply that reaches the bound stops with `max_tokens`). Raises a 400
+    budget). Raises a 400
     `APIError` naming the Messages field at fault: a block this server cannot read, a forced server
     tool (the others are left out of the prompt: `ignored` names them), a `tool_result`
     answering no `tool_use` before it, a `tool_use` left unanswered, both
@@ -96,7 +111,7 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
         )
     if req.tool_choice is not None and not req.tools:
         raise bad_request("tool_choice: tool_choice is only allowed when tools are given", "tool_choice")
-    client_tools = [t for t in req.tools or [] if isinstance(t, m.Tool)]
+    client_tools = model_tools(req.tools or [])
     _check_not_forced_hosted(req, client_tools)
     definitions = {t.name: definition(t) for t in client_tools}
     client_tools, unlisted = callable_tools(req, client_tools)
@@ -126,7 +141,7 @@ def generation_request(req: m.CountTokensRequest, max_tokens_cap: int | None = N
         messages=messages,
         names=MESSAGES_NAMES,
         sampling=sampling_of(create) if create else {},
-        max_tokens=min(create.max_tokens, max_tokens_cap or create.max_tokens) if create else None,
+        max_tokens=create.max_tokens if create else None,
         stop=list(create.stop_sequences or []) if create else [],
         answer=_answer(req),
         tools=_tools(client_tools) if client_tools else None,

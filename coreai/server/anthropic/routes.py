@@ -80,8 +80,7 @@ class MessagesCall:
         return bool(getattr(self.body, "stream", False))
 
     def generation(self) -> GenerationRequest:
-        # A create request's `max_tokens` is cut to the server's bound (Anthropic's clients send a ceiling).
-        return generation_request(self.body, self.server.config.max_tokens)
+        return generation_request(self.body)
 
     def ignored(self) -> list[str]:
         return ignored(self.body, self.betas)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from coreai.server.errors import bad_request
+from coreai.server.responses import local_shell
 from coreai.server.responses import schemas as r
 
 SEPARATOR = "__"
@@ -27,6 +28,11 @@ class Namespaces:
 
     tools: list[r.FunctionTool | r.CustomTool] = field(default_factory=list)
     origin: dict[str, tuple[str, str]] = field(default_factory=dict)  # flat name -> (namespace, name)
+    local_shell: bool = False  # the request has the `local_shell` tool (`local_shell.py`)
+
+    def is_local_shell(self, name: str) -> bool:
+        """Whether a call of `name` (flat) is a call of the `local_shell` tool."""
+        return self.local_shell and name == local_shell.NAME
 
     def split(self, name: str) -> tuple[str, str | None]:
         """A called tool's (name, namespace) as the client named it (a tool outside any namespace:
@@ -35,15 +41,22 @@ class Namespaces:
         return inner, namespace
 
 
-def flatten(tools: Sequence[r.FunctionTool | r.CustomTool | r.NamespaceTool | r.HostedTool] | None) -> Namespaces:
-    """The request's function and custom tools, namespaces flattened (hosted tools left out: the
-    field policy names them). Raises a 400 naming `tools[i]` when two tools end up with one name."""
+def flatten(
+    tools: Sequence[r.FunctionTool | r.CustomTool | r.NamespaceTool | r.LocalShellTool | r.HostedTool] | None,
+) -> Namespaces:
+    """The request's function and custom tools, namespaces flattened, `local_shell` as its function
+    (`local_shell.tool`; hosted tools left out: the field policy names them). Raises a 400 naming
+    `tools[i]` when two tools end up with one name."""
     out = Namespaces()
     seen: set[str] = set()
+    inner: list[r.FunctionTool | r.CustomTool]
     for i, tool in enumerate(tools or []):
         if isinstance(tool, r.HostedTool):
             continue
-        if isinstance(tool, r.NamespaceTool):
+        if isinstance(tool, r.LocalShellTool):
+            inner = [local_shell.tool()]
+            out.local_shell = True
+        elif isinstance(tool, r.NamespaceTool):
             inner = []
             for inner_tool in tool.tools:
                 name = flat_name(tool.name, inner_tool.name)

@@ -37,6 +37,16 @@ class OutputFunctionCall(BaseModel):
     namespace: str | None = None  # the namespace tool holding the function (`namespaces.py`)
 
 
+class OutputLocalShellCall(BaseModel):
+    """A call of the `local_shell` tool: its `exec` action (`local_shell.py`)."""
+
+    type: Literal["local_shell_call"] = "local_shell_call"
+    id: str
+    call_id: str
+    action: dict[str, Any]
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
 class ReasoningContent(BaseModel):
     type: Literal["reasoning_text"] = "reasoning_text"
     text: str
@@ -69,7 +79,14 @@ class OutputCompaction(BaseModel):
     encrypted_content: str
 
 
-OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning | OutputCompaction
+OutputItem = (
+    OutputMessage
+    | OutputFunctionCall
+    | OutputCustomToolCall
+    | OutputLocalShellCall
+    | OutputReasoning
+    | OutputCompaction
+)
 
 
 class InputTokensDetails(BaseModel):

@@ -15,6 +15,7 @@ from typing import Literal
 from coreai.server.dispatch import Collected
 from coreai.server.errors import APIError
 from coreai.server.openai.family import chat_logprobs, usage_info
+from coreai.server.responses import local_shell
 from coreai.server.responses import schemas as r
 from coreai.server.responses.capsule import seal
 from coreai.server.responses.compaction import compaction_item, is_trigger
@@ -45,8 +46,13 @@ class ResponseBuilder:
         """The reasoning item's `encrypted_content` when the request includes it (`capsule.seal`)."""
         return seal("reasoning", {"text": text}) if self.capsules else None
 
-    def function_call(self, item_id: str, call_id: str, flat: str, arguments: str, status) -> r.OutputFunctionCall:
-        """A function call item, named as the client named the tool (`namespaces.Namespaces.split`)."""
+    def function_call(
+        self, item_id: str, call_id: str, flat: str, arguments: str, status
+    ) -> r.OutputFunctionCall | r.OutputLocalShellCall:
+        """A function call item, named as the client named the tool (`namespaces.Namespaces.split`);
+        a `local_shell` call's item is its `local_shell_call` (`local_shell.call_item`)."""
+        if self.namespaces.is_local_shell(flat):
+            return local_shell.call_item(item_id, call_id, arguments, status)
         name, namespace = self.namespaces.split(flat)
         return r.OutputFunctionCall(
             id=item_id, call_id=call_id, name=name, namespace=namespace, arguments=arguments, status=status
@@ -132,7 +138,8 @@ class ResponseBuilder:
                     )
                 )
                 continue
-            item_id = ids.get(call.index) or new_id("fc_")
+            prefix = "lsh_" if self.namespaces.is_local_shell(call.name) else "fc_"
+            item_id = ids.get(call.index) or new_id(prefix)
             items.append(self.function_call(item_id, call.id, call.name, call.arguments, "completed"))
         return items
 
@@ -218,6 +225,7 @@ def input_items(req: r.ResponseCreateRequest) -> list[dict]:
         return [{"type": "message", "id": new_id("msg_"), "role": "user", "content": text, "status": "completed"}]
     prefixes = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_"}
     prefixes |= {"custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
+    prefixes |= {"local_shell_call": "lsh_", "local_shell_call_output": "lsho_"}
     out = []
     for item in req.input:
         data = item.model_dump(exclude_none=True)

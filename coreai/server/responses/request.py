@@ -12,7 +12,7 @@ from coreai.server.errors import APIError, bad_request
 from coreai.server.openai.family import HINTS as FAMILY_HINTS
 from coreai.server.openai.family import parsed_arguments, reasoning_of, structured_options
 from coreai.server.policy import Hint
-from coreai.server.responses import compaction
+from coreai.server.responses import compaction, local_shell
 from coreai.server.responses import schemas as r
 from coreai.server.responses.capsule import PREFIX, CapsuleError, open_capsule
 from coreai.server.responses.namespaces import flat_name, flatten
@@ -113,28 +113,32 @@ def tool_definition(tool: r.FunctionTool | r.CustomTool) -> dict:
 
 def input_messages(req: r.ResponseCreateRequest) -> tuple[list[dict], list[str]]:
     """The chat messages of `input`, and the parameter of each call in them, in order: a
-    function_call (or custom_tool_call) joins the assistant message before it (or starts one), a
-    function_call_output (custom_tool_call_output) is a `tool` message, reasoning items are dropped
-    (the templates drop earlier turns' reasoning too)."""
+    function_call (custom_tool_call, local_shell_call) joins the assistant message before it (or
+    starts one), a function_call_output (custom_tool_call_output, local_shell_call_output) is a
+    `tool` message, reasoning items are dropped (the templates drop earlier turns' reasoning too)."""
     messages: list[dict] = []
     call_params: list[str] = []
     items = [r.MessageItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
     for i, item in enumerate(items):
         if isinstance(item, r.MessageItem):
             messages.append({"role": item.role, "content": _text(item.content)})
-        elif isinstance(item, (r.FunctionCallItem, r.CustomToolCallItem)):
+        elif isinstance(item, (r.FunctionCallItem, r.CustomToolCallItem, r.LocalShellCallItem)):
             if isinstance(item, r.CustomToolCallItem):
                 call = {"id": item.call_id, "type": "custom", "custom": {"name": item.name, "input": item.input}}
+            elif isinstance(item, r.LocalShellCallItem):  # as the model wrote it (`local_shell`)
+                call = local_shell.chat_call(item.call_id, item.action)
             else:
                 name = flat_name(item.namespace, item.name)  # as the model saw it (`namespaces`)
                 call = {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": item.arguments}}
-            call_params.append(f"input[{i}].arguments")
+            call_params.append(f"input[{i}].{'action' if isinstance(item, r.LocalShellCallItem) else 'arguments'}")
             if messages and messages[-1]["role"] == "assistant":
                 messages[-1].setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif isinstance(item, (r.FunctionCallOutputItem, r.CustomToolCallOutputItem)):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output)})
+        elif isinstance(item, r.LocalShellCallOutputItem):  # its `id` is the call's call_id
+            messages.append({"role": "tool", "tool_call_id": item.id, "content": item.output})
         elif isinstance(item, r.CompactionItem):
             messages.append({"role": "user", "content": compaction_text(opened("compaction", item, i))})
         elif isinstance(item, r.ReasoningItem) and (item.encrypted_content or "").startswith(PREFIX):

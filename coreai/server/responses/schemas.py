@@ -101,6 +101,36 @@ class CustomToolCallOutputItem(Request):
     id: str | None = None
 
 
+class LocalShellAction(Request):
+    """The `exec` action of a `local_shell` call (OpenAI's `LocalShellCallAction`)."""
+
+    type: Literal["exec"]
+    command: list[str]
+    env: dict[str, str] = {}
+    timeout_ms: int | None = None
+    user: str | None = None
+    working_directory: str | None = None
+
+
+class LocalShellCallItem(Request):
+    """A `local_shell` call passed back (`local_shell.py`)."""
+
+    type: Literal["local_shell_call"]
+    call_id: str
+    action: LocalShellAction
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class LocalShellCallOutputItem(Request):
+    """A `local_shell` call's output; `id` is the call's `call_id` (OpenAI's shape)."""
+
+    type: Literal["local_shell_call_output"]
+    id: str
+    output: str
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
 class ReasoningText(Request):
     type: Literal["reasoning_text", "summary_text"]
     text: str
@@ -121,6 +151,7 @@ class ReasoningItem(Request):
 ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}
 ITEM_TAGS |= {"reasoning": "Reasoning", "custom_tool_call": "Custom", "custom_tool_call_output": "CustomOutput"}
 ITEM_TAGS |= {"compaction": "Compaction", "compaction_summary": "Compaction", "compaction_trigger": "Trigger"}
+ITEM_TAGS |= {"local_shell_call": "LocalShell", "local_shell_call_output": "LocalShellOutput"}
 
 
 class CompactionItem(Request):
@@ -153,12 +184,15 @@ InputItem = Annotated[
     | Annotated[CustomToolCallItem, Tag("Custom")]
     | Annotated[CustomToolCallOutputItem, Tag("CustomOutput")]
     | Annotated[CompactionItem, Tag("Compaction")]
-    | Annotated[CompactionTriggerItem, Tag("Trigger")],
+    | Annotated[CompactionTriggerItem, Tag("Trigger")]
+    | Annotated[LocalShellCallItem, Tag("LocalShell")]
+    | Annotated[LocalShellCallOutputItem, Tag("LocalShellOutput")],
     Discriminator(
         _item_tag,
         custom_error_type="invalid_item",
         custom_error_message="an input item's type is message, function_call, function_call_output, "
-        "custom_tool_call, custom_tool_call_output, reasoning, compaction or compaction_trigger",
+        "custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning, "
+        "compaction or compaction_trigger",
     ),
 ]
 
@@ -219,7 +253,6 @@ HOSTED_TOOLS = (
     "computer_use_preview",
     "computer_use",
     "mcp",
-    "local_shell",
 )
 
 
@@ -228,6 +261,12 @@ class HostedTool(Request):
 
     model_config = ConfigDict(extra="allow")
     type: Literal[HOSTED_TOOLS]  # type: ignore[valid-type]  # a tuple of literals, as typing allows at run time
+
+
+class LocalShellTool(Request):
+    """OpenAI's `local_shell` tool: run by the client, shown to the model as a function (`local_shell.py`)."""
+
+    type: Literal["local_shell"]
 
 
 def _tool_tag(value) -> str | None:
@@ -239,6 +278,7 @@ AnyTool = Annotated[
     Annotated[FunctionTool, Tag("function")]
     | Annotated[CustomTool, Tag("custom")]
     | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[LocalShellTool, Tag("local_shell")]
     | Annotated[HostedTool, Tag("hosted")],
     Discriminator(_tool_tag),
 ]
@@ -352,11 +392,11 @@ class ResponseCreateRequest(Body):
         data = {k: v for k, v in data.items() if v is not None}  # null is the default, as OpenAI reads it
         for i, tool in enumerate(data.get("tools") or []):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            if kind is not None and kind not in ("function", "custom", "namespace", *HOSTED_TOOLS):
+            if kind is not None and kind not in ("function", "custom", "namespace", "local_shell", *HOSTED_TOOLS):
                 raise located_error(
                     ("tools", i, "type"),
-                    f"the built-in tool {kind!r} is not supported; this server runs function and custom tools "
-                    "and namespaces of them (hosted tools are left out)",
+                    f"the built-in tool {kind!r} is not supported; this server runs function, custom and "
+                    "local_shell tools and namespaces of them (hosted tools are left out)",
                     kind,
                 )
         return data
@@ -380,6 +420,7 @@ from coreai.server.responses.output import (  # noqa: E402, F401
     OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,
+    OutputLocalShellCall,
     OutputMessage,
     OutputReasoning,
     OutputTextPart,

@@ -15,6 +15,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from coreai.server.responses import local_shell
+from coreai.server.responses import schemas as r
 from coreai.server.responses.namespaces import flat_name
 from runtime.errors import InputError
 
@@ -80,6 +82,19 @@ class ResponseStore:
         return entry is not None
 
 
+CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+
+
+def call_message(item: dict) -> dict:
+    """A call output item as a chat message's tool call, named as the model saw the tool."""
+    if item["type"] == "custom_tool_call":
+        return {"id": item["call_id"], "type": "custom", "custom": {"name": item["name"], "input": item["input"]}}
+    if item["type"] == "local_shell_call":
+        return local_shell.chat_call(item["call_id"], r.LocalShellAction.model_validate(item["action"]))
+    flat = flat_name(item.get("namespace"), item["name"])
+    return {"id": item["call_id"], "type": "function", "function": {"name": flat, "arguments": item["arguments"]}}
+
+
 def output_messages(output: list[dict]) -> list[dict]:
     """A response's output items as chat messages: its message text and function and custom tool
     calls as one assistant turn (reasoning items are dropped, as chat templates drop earlier turns'
@@ -88,13 +103,7 @@ def output_messages(output: list[dict]) -> list[dict]:
     text = "".join(
         part.get("text", "") for item in output if item.get("type") == "message" for part in item.get("content", [])
     )
-    calls = [
-        {"id": item["call_id"], "type": "function", "function": {"name": flat, "arguments": item["arguments"]}}
-        if item["type"] == "function_call" and (flat := flat_name(item.get("namespace"), item["name"]))
-        else {"id": item["call_id"], "type": "custom", "custom": {"name": item["name"], "input": item["input"]}}
-        for item in output
-        if item.get("type") in ("function_call", "custom_tool_call") and item.get("status") != "incomplete"
-    ]
+    calls = [call_message(item) for item in output if item.get("type") in CALLS and item.get("status") != "incomplete"]
     if not text and not calls:
         return []
     message: dict = {"role": "assistant", "content": text or None}

@@ -104,9 +104,13 @@ class _Renderer:
             yield from self.close_text("completed")
 
     def whole_call(self, call: WholeCall):
-        """A complete call's events, together."""
+        """A complete call's events, together (a `local_shell` call's: its item added and done, as
+        OpenAI streams it, with no argument deltas)."""
         event, pieces = call.opened, [f.text for f in call.fragments]
-        item: r.OutputFunctionCall | r.OutputCustomToolCall
+        if self.builder.namespaces.is_local_shell(event.name):
+            yield from self.local_shell_call(event, "".join(pieces))
+            return
+        item: r.OutputFunctionCall | r.OutputLocalShellCall | r.OutputCustomToolCall
         if event.kind == "custom":
             item = r.OutputCustomToolCall(
                 id=new_id("ctc_"), call_id=event.id, name=event.name, input="", status="in_progress"
@@ -127,10 +131,19 @@ class _Renderer:
         if isinstance(item, r.OutputCustomToolCall):
             item.input = "".join(pieces)
             yield {"type": "response.custom_tool_call_input.done", **where, "input": item.input}
-        else:
+        elif isinstance(item, r.OutputFunctionCall):
             item.arguments = "".join(pieces)
             done = {"name": item.name, "arguments": item.arguments}
             yield {"type": "response.function_call_arguments.done", **where, **done}
+        item.status = "completed"
+        yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
+
+    def local_shell_call(self, event: CallOpened, arguments: str):
+        item = self.builder.function_call(new_id("lsh_"), event.id, event.name, arguments, "in_progress")
+        index = len(self.output)
+        self.ids[event.index] = item.id
+        self.output.append(item)
+        yield {"type": "response.output_item.added", "output_index": index, "item": item.model_dump()}
         item.status = "completed"
         yield {"type": "response.output_item.done", "output_index": index, "item": item.model_dump()}
 
