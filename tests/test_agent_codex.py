@@ -279,6 +279,10 @@ def test_websocket_answers_as_the_sse_stream_does(tiny):
         assert error["type"] == "error" and error["status"] == 400 and error["error"]["param"] == "temperature"
         conn.send(json.dumps({"type": "response.create", **body}))
         assert answer(conn)[-1]["type"] == "response.incomplete"
+        # A prewarm names the model as every request does: an unknown one is the same 404.
+        conn.send(json.dumps({"type": "response.create", **body, "model": "nope", "generate": False}))
+        [error] = answer(conn)
+        assert error["status"] == 404 and error["error"]["code"] == "model_not_found"
     missing = httpx.get(f"{tiny}/v1/responses/{first['id']}")
     assert missing.status_code == 404  # store false: never in the server's store
 

@@ -528,7 +528,7 @@ def test_each_client_run_type_maps_to_its_published_schema(kind, name, sample):
     from coreai.server.anthropic import schemas as m
     from coreai.server.anthropic.request import hosted_tools, model_tools
 
-    tools = [m.ServerTool.model_validate({"type": kind, "name": name})]
+    tools = [m.ClientRunTool.model_validate({"type": kind, "name": name})]
     [tool] = model_tools(tools)
     assert tool.name == name and not hosted_tools(tools)
     jsonschema.Draft202012Validator.check_schema(tool.input_schema)
@@ -536,3 +536,20 @@ def test_each_client_run_type_maps_to_its_published_schema(kind, name, sample):
     if kind == "text_editor_20250728":  # no undo_edit in the newer editor
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"command": "undo_edit", "path": "/a"}, tool.input_schema)
+
+
+def test_a_client_run_tool_is_a_strict_body_with_a_valid_name_and_can_be_deferred(tiny):
+    """A client-run tool is validated as a client tool: a bad name or an unknown field is a 400
+    naming it (not a 500), and `defer_loading` hides it until a reference loads it, as for any tool."""
+    for tool, param in (
+        ({"type": "bash_20250124", "name": "my bash!"}, "tools[0].name"),
+        ({"type": "bash_20250124", "name": "bash", "bogus": 1}, "tools[0].bogus"),
+    ):
+        r = httpx.post(
+            tiny + "/v1/messages", json={"model": "tiny", "max_tokens": 5, "messages": USER, "tools": [tool]}
+        )
+        assert r.status_code == 400 and param in r.json()["error"]["message"], r.text
+    deferred = {"type": "bash_20250124", "name": "bash", "defer_loading": True}
+    body = {"model": "tiny", "max_tokens": 5, "messages": USER, "tools": [deferred]}
+    forced = httpx.post(tiny + "/v1/messages", json={**body, "tool_choice": {"type": "tool", "name": "bash"}})
+    assert forced.status_code == 400 and "deferred" in forced.text, forced.text

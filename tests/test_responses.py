@@ -190,6 +190,7 @@ def test_input_items_are_rendered(tiny):
             "not answered: call_1",
         ),
         ({"background": True}, "background", "does not support"),
+        ({"tools": [{"type": "local_shell", "bogus": 1}]}, "tools[0].bogus", "does not support"),
         ({"include": ["file_search_call.bogus"]}, "include[0]", "message.output_text.logprobs"),
         ({"tool_choice": "required"}, "tool_choice", "only allowed when tools"),
         (

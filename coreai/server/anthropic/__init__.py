@@ -12,7 +12,7 @@ DIALECT = Dialect(
     streaming_paths=(errors.PATH,),
     # Its block, tool and thinking tags, and pydantic's label of its content union.
     union_tags=frozenset(
-        {"text", "tool_use", "tool_result", "thinking", "redacted_thinking", "custom", "server", "enabled"}
+        {"text", "tool_use", "tool_result", "thinking", "redacted_thinking", "custom", "client", "server", "enabled"}
         | {"adaptive", "disabled", "image", "document", "list[union[text,image]]"}
     ),
     models=routes.MODELS,

@@ -2,9 +2,10 @@
 defines and the client runs, sent as `{"type": ..., "name": ...}` with no `input_schema`, as the
 Claude Agent SDK and the computer-use demos send them. The model sees each as a function tool with
 the input schema Anthropic publishes for that version, and its calls are constrained to it like any
-client tool's, so they come back as `tool_use` blocks the client runs (`client_tool`). Computer use
-(`computer_*`) is not among them: its results are screenshots, which this server's models cannot
-read; it stays a tool the server names and leaves out (`request.hosted_tools`).
+client tool's, so they come back as `tool_use` blocks the client runs (`client_tool`; the request
+model is `schemas.ClientRunTool`). Computer use (`computer_*`) is not among them: its results are
+screenshots, which this server's models cannot read; it stays a tool the server names and leaves
+out (`request.hosted_tools`).
 
 The schemas follow Anthropic's tool documentation (bash, text editor and memory tools): the
 commands each version accepts and their parameters. `bash`'s `command` is required here, although
@@ -66,7 +67,7 @@ MEMORY = {
 EDITOR_OLD = _editor(["view", "create", "str_replace", "insert", "undo_edit"])  # 20241022, 20250124
 EDITOR = _editor(["view", "create", "str_replace", "insert"])  # 20250429, 20250728: no undo_edit
 
-# type -> (its input schema, the description the model sees)
+# type (`schemas.CLIENT_RUN_TYPES`) -> (its input schema, the description the model sees)
 CLIENT_TOOLS: dict[str, tuple[dict[str, Any], str]] = {
     "bash_20241022": (BASH, "Run a command in a persistent bash shell; the client runs it and returns its output."),
     "bash_20250124": (BASH, "Run a command in a persistent bash shell; the client runs it and returns its output."),
@@ -78,13 +79,16 @@ CLIENT_TOOLS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def client_tool(tool: m.ServerTool) -> m.Tool | None:
-    """`tool` as the client tool the model sees, when its type is a client-run one (`CLIENT_TOOLS`),
-    under the name the request gives it; else None (a server tool)."""
-    if tool.type not in CLIENT_TOOLS or not tool.name:
-        return None
+def client_tool(tool: m.ClientRunTool) -> m.Tool:
+    """`tool` as the client tool the model sees, under the name the request gives it, deferred
+    (`defer_loading`) as it says."""
     schema, description = CLIENT_TOOLS[tool.type]
-    extra = tool.model_extra or {}
-    if extra.get("max_characters"):  # text_editor_20250728's view truncation, which the client applies
-        description += f" A view shows at most {extra['max_characters']} characters."
-    return m.Tool(name=tool.name, description=description, input_schema=schema)
+    if tool.max_characters:  # text_editor_20250728's view truncation, which the client applies
+        description += f" A view shows at most {tool.max_characters} characters."
+    return m.Tool(
+        name=tool.name,
+        description=description,
+        input_schema=schema,
+        cache_control=tool.cache_control,
+        defer_loading=tool.defer_loading,
+    )

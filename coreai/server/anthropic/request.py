@@ -78,21 +78,14 @@ def ignored(req: m.CountTokensRequest, betas: str | None) -> list[str]:
 
 def hosted_tools(tools: list) -> list[tuple[int, str]]:
     """(index, type) of the server tools among `tools`: hosted by Anthropic (or computer use,
-    whose screenshots these models cannot read), not run here; the client-run types
-    (`client_tools.CLIENT_TOOLS`) are client tools."""
-    return [(i, tool.type) for i, tool in enumerate(tools) if isinstance(tool, m.ServerTool) and not client_tool(tool)]
+    whose screenshots these models cannot read), not run here."""
+    return [(i, tool.type) for i, tool in enumerate(tools) if isinstance(tool, m.ServerTool)]
 
 
 def model_tools(tools: list) -> list[m.Tool]:
     """The tools the model sees, in the request's order: client tools, and the client-run types as
     the client tools they stand for (`client_tools.client_tool`)."""
-    out = []
-    for tool in tools:
-        if isinstance(tool, m.ServerTool):
-            tool = client_tool(tool)
-        if tool is not None:
-            out.append(tool)
-    return out
+    return [client_tool(t) if isinstance(t, m.ClientRunTool) else t for t in tools if not isinstance(t, m.ServerTool)]
 
 
 def generation_request(req: m.CountTokensRequest) -> GenerationRequest:

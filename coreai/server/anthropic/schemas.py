@@ -139,12 +139,42 @@ class ServerTool(Request):
     name: str | None = None
 
 
+# Anthropic's client-run tool types: defined by Anthropic, run by the client, shown to the model with
+# their published input schemas (`client_tools.py`).
+CLIENT_RUN_TYPES = (
+    "bash_20241022",
+    "bash_20250124",
+    "text_editor_20241022",
+    "text_editor_20250124",
+    "text_editor_20250429",
+    "text_editor_20250728",
+    "memory_20250818",
+)
+
+
+class ClientRunTool(Request):
+    """A client-run tool (`CLIENT_RUN_TYPES`): its fixed `type` and `name`, no `input_schema` (the
+    type's published one applies); `max_characters`: a text editor's view truncation, which the
+    client applies."""
+
+    type: Literal[CLIENT_RUN_TYPES]  # type: ignore[valid-type]  # a tuple of literals, as typing allows at run time
+    name: str = Field(pattern=FUNCTION_NAME)
+    max_characters: int | None = Field(default=None, ge=1)
+    cache_control: CacheControl | None = None
+    defer_loading: bool | None = None
+
+
 def _tool_kind(value) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "custom" if kind in (None, "custom") else "server"
+    if kind in (None, "custom"):
+        return "custom"
+    return "client" if kind in CLIENT_RUN_TYPES else "server"
 
 
-ToolUnion = Annotated[Annotated[Tool, Tag("custom")] | Annotated[ServerTool, Tag("server")], Discriminator(_tool_kind)]
+ToolUnion = Annotated[
+    Annotated[Tool, Tag("custom")] | Annotated[ClientRunTool, Tag("client")] | Annotated[ServerTool, Tag("server")],
+    Discriminator(_tool_kind),
+]
 
 
 class ToolChoice(Request):

@@ -1,6 +1,6 @@
 """What the OpenAI family shares with the Responses dialect, declared in one place: the Responses
 dialect imports these from here and nothing else of `coreai.server.openai` (what every dialect maps
-alike, roles, sampling, calls in the template's shape, tool pairing, is `coreai.server.mapping`'s)."""
+alike, roles, sampling, calls in the template's shape, tool pairing, is `coreai.service.chat`'s)."""
 
 from coreai.server.openai.reply import chat_logprobs, usage_info
 from coreai.server.openai.reply_schemas import TokenLogprob

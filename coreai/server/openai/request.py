@@ -2,7 +2,7 @@
 completions body (`completion_request`) to the service's `GenerationRequest`, once; the service
 prepares it (constraint, prompt, sampling, budget) and refuses what it must, naming these fields.
 `structured_options`, `reasoning_of`, `parsed_arguments` and `HINTS` also serve the Responses dialect, through
-`coreai.server.openai.family`; what every dialect maps alike is `coreai.server.mapping`'s."""
+`coreai.server.openai.family`; what every dialect maps alike is `coreai.service.chat`'s."""
 
 from __future__ import annotations
 

@@ -14,5 +14,10 @@ def _install(app: FastAPI) -> None:
     websocket.install(app)  # after `routes.install`: it uses the app's store
 
 
-# Its errors are the shell's default shape (OpenAI's).
-DIALECT = Dialect(install=_install, streaming_paths=("/v1/responses",))
+# Its errors are the shell's default shape (OpenAI's); its tools' union tags (the tag of hosted tools
+# is "hosted"; input items' tags are capitalised, which the field path skips anyway).
+DIALECT = Dialect(
+    install=_install,
+    streaming_paths=("/v1/responses",),
+    union_tags=frozenset({"namespace", "local_shell", "hosted"}),
+)

@@ -29,7 +29,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from coreai.server.dispatch import start
+from coreai.server.dispatch import check_model, start
 from coreai.server.errors import APIError, validation_error
 from coreai.server.guard import require_api_key
 from coreai.server.responses import schemas as r
@@ -129,8 +129,9 @@ class Connection:
             self.jobs = []
 
     async def prewarm(self, call: ResponsesCall) -> None:
-        """`generate: false`: the request checked and kept (as a response with no output), nothing
-        generated."""
+        """`generate: false`: the request checked (its model too, as `start` checks it) and kept (as a
+        response with no output), nothing generated."""
+        check_model(self.server, call.model)
         call.generation()  # checks the input, fills the conversation
         builder = ResponseBuilder(call.body, call.body.model, self.server.model.tokenizer)
         await self.send({"type": "response.created", "response": builder.response().model_dump()})
