@@ -5,9 +5,10 @@ of the repeats, with `uptime` before and after every run.
     python -m benchmarks.blas [-n 3] [-p 2048] [-g 32] [--configs system,wheel] [--output FILE]
 
 Configurations (`COREAI_OPENBLAS`, `runtime/blas.py`): `system` the system OpenBLAS, `wheel` the
-`scipy-openblas32` wheel (what `pip install` alone gives: no system package), `wheel-1t` the same
-on one thread, `mkl` the `mkl` wheel (sequential), `mkl-omp` it on Intel's OpenMP layer with
-KMP_BLOCKTIME=0. The goals (issue 60): wheel prefill >= 0.9x system, wheel decode >= 1.0x system.
+`scipy-openblas32` wheel (what `pip install` alone gives: no system package; all cores but one),
+`wheel-1t` / `wheel-all` the same on one thread / on every core, `mkl` the `mkl` wheel (sequential;
+not a dependency: `pip install mkl` first), `mkl-omp` it on Intel's OpenMP layer with KMP_BLOCKTIME=0.
+The goals (issue 60): wheel prefill >= 0.9x system, wheel decode >= 1.0x system.
 Writes JSON to benchmarks/results/blas_<date>.json (or --output).
 """
 
@@ -29,6 +30,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "system": {"COREAI_OPENBLAS": next((p for p in OPENBLAS_CANDIDATES if os.path.exists(p)), "")},
     "wheel": {"COREAI_OPENBLAS": "wheel"},
     "wheel-1t": {"COREAI_OPENBLAS": "wheel", "OPENBLAS_NUM_THREADS": "1"},
+    "wheel-all": {"COREAI_OPENBLAS": "wheel", "OPENBLAS_NUM_THREADS": str(os.cpu_count() or 1)},
     "mkl": {"COREAI_OPENBLAS": "mkl", "MKL_THREADING_LAYER": "SEQUENTIAL"},
     "mkl-omp": {"COREAI_OPENBLAS": "mkl", "MKL_THREADING_LAYER": "INTEL", "KMP_BLOCKTIME": "0"},
 }

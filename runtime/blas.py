@@ -2,7 +2,7 @@
 
 MLX's Linux CPU wheel bundles the reference BLAS (~5 GFLOP/s for a 2048x2048 f32 matmul). Loading a
 fast BLAS with RTLD_GLOBAL before `mlx.core` loads makes MLX resolve its BLAS and LAPACK symbols
-(`cblas_sgemm`, `sgetrf_`, ...) there (~190 GFLOP/s on 2 cores; prefill 3 -> 90 tok/s on the 0.5B
+(`cblas_sgemm`, `sgetrf_`, ...) there (~190 GFLOP/s on 2 cores; prefill 3 -> 55-90 tok/s on the 0.5B
 model). See DESIGN.md, "Linux CPU speed". The search order (`setup_blas`): `COREAI_OPENBLAS`, a system
 OpenBLAS, then the `scipy-openblas32` wheel, a dependency of the Linux install (x86-64 and aarch64), so
 a machine with no system package (no root, no apt step) gets OpenBLAS on every core too.
@@ -14,14 +14,20 @@ the plain names (`runtime.elf_symbols`, about 25 MB, in `$COREAI_HOME/blas` or `
 and loads that. The others: `cmeel-openblas` and `ngsolve-openblas` ship a standard
 `libopenblas.so.0` but need the system's `libgfortran.so.5`, absent on a fresh Debian (the loader
 matches DT_NEEDED by SONAME, so the mangled copy in `mlx_cpu.libs` cannot stand in). Intel's `mkl`
-wheel (the dependency before issue 60, ~700 MB) runs its generic code path on AMD CPUs (`libmkl_def`:
-~37 GFLOP/s a core against OpenBLAS's ~80 here), so even on both cores it prefilled slower than
-OpenBLAS; it is still used when installed and asked for (`COREAI_OPENBLAS=mkl`), sequential unless
-`MKL_THREADING_LAYER` says otherwise (its OpenMP layer, spin-waiting beside MLX's threads, made the
-demo 10x slower on a loaded machine).
+wheel (the dependency before issue 60, ~700 MB, x86-64 only) runs its generic code path on AMD CPUs
+(`MKL_VERBOSE` names `libmkl_def` on this EPYC: ~37 GFLOP/s a core against OpenBLAS's ~80), so it
+prefilled at 0.62x the system OpenBLAS; it is no longer a dependency, but still loaded when installed
+and asked for (`COREAI_OPENBLAS=mkl`), sequential unless `MKL_THREADING_LAYER` says otherwise (its
+OpenMP layer, spin-waiting beside MLX's threads, made the demo 10x slower on a loaded machine). Its
+decode on one core was the fastest measured (an M=1 matmul 2-3x quicker than OpenBLAS's).
 
-Threads: OpenBLAS uses every core (`OPENBLAS_NUM_THREADS` overrides it). `blas_in_use()` names the
-library and its thread count; `coreai serve` prints it and `/health` reports it.
+aarch64 Linux: the same wheel (manylinux_2_28 aarch64) is renamed the same way (ELF64 little-endian;
+the renaming was checked on that wheel's file here, but it has not been loaded on an aarch64 machine),
+and `mlx-cpu` needs glibc 2.35 there. The Debian path of `libopenblas0-pthread` is listed too.
+
+Threads: a system OpenBLAS uses every core; the wheel's all cores but one (`wheel_threads` says why:
+its threads busy-wait). `OPENBLAS_NUM_THREADS` overrides both. `blas_in_use()` names the library and
+its thread count; `coreai serve` prints it and `/health` reports it.
 
 This module must not import mlx. It lives in the lowest package that imports MLX: `runtime/__init__.py`
 calls `setup_blas()` before anything else, and `guided` and `recipes` import `runtime` first, so any
@@ -163,17 +169,22 @@ def setup_blas(candidates: Sequence[str] = OPENBLAS_CANDIDATES) -> str | None:
         )
         return None
     override = os.environ.get("COREAI_OPENBLAS")
-    for path in search_order(override, candidates):
+    order = search_order(override, candidates)
+    wheel = order[-1] if order and override != "mkl" else None  # the wheel is always tried last
+    for path in order:
         if path and os.path.exists(path):
             if "libmkl_rt" in os.path.basename(path):
                 # MKL's default OpenMP threading, called from MLX's CPU stream thread, made the demo
                 # 10x slower than sequential MKL here (TTFT 16.7 s vs 1.6 s, 2 cores, loaded machine).
                 os.environ.setdefault("MKL_THREADING_LAYER", "SEQUENTIAL")
             try:
-                ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+                lib = ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
             except OSError as exc:
                 log.debug("could not load %s: %s", path, exc)
                 continue
+            if path == wheel and not os.environ.get("OPENBLAS_NUM_THREADS"):
+                lib.openblas_get_num_threads()  # initializes its count first, or that would undo the set
+                lib.openblas_set_num_threads(wheel_threads(len(os.sched_getaffinity(0))))
             _blas = path
             log.info("BLAS: %s", blas_in_use())
             return _blas
@@ -186,6 +197,18 @@ def setup_blas(candidates: Sequence[str] = OPENBLAS_CANDIDATES) -> str | None:
         stacklevel=2,
     )
     return None
+
+
+def wheel_threads(cores: int) -> int:
+    """The threads the wheel's OpenBLAS gets on `cores` cores: all but one, at least one.
+
+    Its threads wait for each other in a busy loop (the wheel's library imports no `sched_yield`; the
+    system's 0.3.21 yields), so when the cores are oversubscribed a waiting thread burns the slice its
+    partner needs: on 2 loaded cores (load ~5) two threads made `coreai bench` prefill 6.8 tok/s against
+    16.8 on one (docs/reports/performance.md, "The BLAS pip installs"). The spare core runs MLX's
+    Python thread, the grammar's mask fill beside the forward pass, the server. `OPENBLAS_NUM_THREADS`
+    overrides it."""
+    return max(1, cores - 1)
 
 
 def blas_threads(path: str) -> tuple[str, int | None]:

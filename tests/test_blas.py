@@ -40,15 +40,13 @@ def _wheel_library() -> Path:
 
 @LINUX
 def test_the_wheel_blas_when_no_system_openblas(tmp_path):
-    """With no system OpenBLAS on the search path, the `scipy-openblas32` wheel (a Linux dependency) is
-    loaded from its unprefixed copy, MLX's matmul and LAPACK calls run through it (right answers, no
-    other BLAS mapped), with no warning, and its label names OpenBLAS and its threads."""
+    """With no system OpenBLAS on the search path (`COREAI_OPENBLAS=wheel`), the `scipy-openblas32` wheel
+    (a Linux dependency) is loaded from its unprefixed copy, MLX's matmul and LAPACK calls run through it
+    (right answers, no other BLAS mapped), with no warning, and its label names OpenBLAS and its threads,
+    after MLX has run (OpenBLAS's own start-up must not undo the count)."""
     code = (
-        "import importlib.util, os, sys\n"
-        # runtime/blas.py alone, before the runtime package (whose import loads the system OpenBLAS)
-        "spec = importlib.util.spec_from_file_location('blas', 'runtime/blas.py')\n"
-        "blas = importlib.util.module_from_spec(spec); spec.loader.exec_module(blas)\n"
-        "print(blas.setup_blas(candidates=()))\n"
+        "import runtime.blas as blas\n"  # COREAI_OPENBLAS=wheel: the system paths are not tried
+        "print(blas.setup_blas())\n"
         "import mlx.core as mx\n"
         "a = mx.random.normal((64, 64))\n"
         "eye = mx.linalg.inv(a @ a.T + 64 * mx.eye(64), stream=mx.cpu) @ (a @ a.T + 64 * mx.eye(64))\n"
@@ -57,8 +55,8 @@ def test_the_wheel_blas_when_no_system_openblas(tmp_path):
         "print('libopenblas.so' in maps, 'libmkl' in maps)\n"
         "print(blas.blas_in_use())\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("COREAI_OPENBLAS", "OPENBLAS_NUM_THREADS")}
-    env["COREAI_HOME"] = str(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env |= {"COREAI_HOME": str(tmp_path), "COREAI_OPENBLAS": "wheel"}
     out = subprocess.run(
         [sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True, text=True, env=env
     )
@@ -67,8 +65,21 @@ def test_the_wheel_blas_when_no_system_openblas(tmp_path):
     assert loaded.startswith(str(tmp_path / "blas" / "libscipy_openblas-"))
     assert right == "True"
     assert maps == "False False"  # neither the system OpenBLAS nor MKL
-    assert label.startswith("OpenBLAS 0.3.") and f"{os.cpu_count()} thread" in label, label
+    threads = max(1, len(os.sched_getaffinity(0)) - 1)  # wheel_threads: all cores but one
+    assert label.startswith("OpenBLAS 0.3.") and f", {threads} thread" in label, label
     assert "(scipy-openblas32 wheel)" in label
+    cores = len(os.sched_getaffinity(0))
+    env["OPENBLAS_NUM_THREADS"] = str(cores)  # the variable wins (OpenBLAS caps it at the cores)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert f", {cores} thread" in out.stdout.splitlines()[-1], out.stdout
+
+
+def test_the_wheel_leaves_one_core():
+    """The wheel's OpenBLAS busy-waits, so it gets all cores but one (at least one)."""
+    from runtime.blas import wheel_threads
+
+    assert [wheel_threads(n) for n in (1, 2, 4, 16)] == [1, 1, 3, 15]
 
 
 @LINUX
