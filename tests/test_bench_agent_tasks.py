@@ -103,19 +103,22 @@ def test_codex_events():
 def test_opencode_events():
     ok = {"tool": "read", "state": {"status": "completed", "input": {"filePath": "a"}}}
     bad = {"tool": "edit", "state": {"status": "error", "input": {}, "error": "Invalid input: expected string"}}
+    unread = {"tool": "task", "error": "Invalid input for tool task: JSON parsing failed: Text: {"}
     events = [
         {"type": "step_start", "part": {}},
         {"type": "tool_use", "part": ok},
         {"type": "step_finish", "part": {"tokens": {"input": 100, "output": 5, "cache": {"read": 10}}}},
         {"type": "step_start", "part": {}},
         {"type": "tool_use", "part": bad},
+        {"type": "tool_use", "part": {"tool": "invalid", "state": {"status": "completed", "input": unread}}},
         {"type": "text", "part": {"text": "The answer "}},
         {"type": "text", "part": {"text": "is 4471."}},
         {"type": "step_finish", "part": {"tokens": {"input": 120, "output": 7, "cache": {"read": 100}}}},
     ]
     t = transcripts.opencode(at(events))
     assert t.answer == "The answer is 4471." and t.turns == 2 and t.first_output_s == 1.0
-    assert t.counts() == {"tool_calls": 2, "invalid": 1, "errored": 0, "valid": 1, "repeated": 0}
+    assert t.counts() == {"tool_calls": 3, "invalid": 2, "errored": 0, "valid": 1, "repeated": 0}
+    assert t.calls[-1].name == "task"
     assert t.usage == {"input": 220, "output": 12, "cache_read": 110}
 
 

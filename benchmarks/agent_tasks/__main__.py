@@ -131,6 +131,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def reread(path: Path, client: str) -> int:
+    """The counts of a results file's tasks read again from the events it kept (after a change to
+    `transcripts`); the times stay as measured."""
+    result = json.loads(path.read_text())
+    for row in result["tasks"]:
+        transcript = transcripts.PARSERS[client]([(0.0, event) for event in row["events"]])
+        row |= transcript.counts() | {"turns": transcript.turns, "transcript": transcript.summary()}
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(table(result["tasks"]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.agent_tasks", description=__doc__.splitlines()[0])
     p.add_argument("--client", required=True, choices=sorted(transcripts.PARSERS))
@@ -141,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-turns", type=int, default=8, help="Claude Code's --max-turns (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per task (default: %(default)s)")
     p.add_argument("--out", type=Path)
+    p.add_argument("--reread", type=Path, help="a results file: its tool-call counts read again from its events")
     args = p.parse_args(argv)
+    if args.reread:
+        return reread(args.reread, args.client)
     names = args.tasks.split(",") if args.tasks else list(BY_NAME)
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:

@@ -7,7 +7,8 @@ token counts, and the seconds to its first model output.
 - Codex (`exec --json`): `command_execution`, `file_change` and `mcp_tool_call` items (failed, or a
   command exiting non-zero, is an error), `agent_message` items (the last is the answer), `error`
   items and `turn.failed`, `turn.completed`'s usage.
-- opencode (`run --format json`): `tool_use` events (their part's `state.status` "error"), `text`
+- opencode (`run --format json`): `tool_use` events (their part's `state.status` "error"; the tool
+  `invalid` is a call opencode could not read, e.g. arguments that are not JSON), `text`
   events (the answer: the last step's text), `step_start` events (turns), `step_finish` tokens.
 
 An error counts as an invalid input when its message says the input did not validate (the CLIs'
@@ -153,6 +154,9 @@ def opencode(lines: list[tuple[float, dict]]) -> Transcript:
         elif kind == "text":
             step_text.append(part.get("text") or "")
             t.answer = "".join(step_text)
+        elif kind == "tool_use" and part.get("tool") == "invalid":  # a call opencode could not read
+            given = (part.get("state") or {}).get("input") or {}
+            t.calls.append(Call(str(given.get("tool", "?")), given, True, str(given.get("error") or "invalid input")))
         elif kind == "tool_use":
             state = part.get("state") or {}
             failed = state.get("status") == "error"
