@@ -98,6 +98,11 @@ def test_codex_events():
     assert t.answer == "Done." and t.turns == 1 and t.first_output_s == 3.0 and t.errors == ["a warning"]
     assert t.counts() == {"tool_calls": 3, "invalid": 0, "errored": 1, "valid": 2, "repeated": 1}
     assert t.usage["cached_input_tokens"] == 800
+    stderr = (
+        "2026-12-07T19:34:54Z ERROR codex_core::tools::router: error=`justification` requires `sandbox_permissions`\n"
+    )
+    t = transcripts.refused("codex", t, stderr + "Reading additional input from stdin...\n")
+    assert t.counts() == {"tool_calls": 4, "invalid": 1, "errored": 1, "valid": 2, "repeated": 1}
 
 
 def test_opencode_events():

@@ -93,7 +93,7 @@ def run_task(task: Task, args, host: str, port: int) -> dict:
         stderr = child.stderr.read() if child.stderr else ""
         wall = time.monotonic() - start
         after = health(args.base_url)["stats"]
-        transcript = transcripts.PARSERS[args.client](lines)
+        transcript = transcripts.refused(args.client, transcripts.PARSERS[args.client](lines), stderr)
         passed, why = task.check(work, transcript.answer)
     computed = after["prefill_tokens"] - before["prefill_tokens"]
     cached = after["cached_tokens"] - before["cached_tokens"]
@@ -137,6 +137,7 @@ def reread(path: Path, client: str) -> int:
     result = json.loads(path.read_text())
     for row in result["tasks"]:
         transcript = transcripts.PARSERS[client]([(0.0, event) for event in row["events"]])
+        transcript = transcripts.refused(client, transcript, row.get("stderr", ""))
         row |= transcript.counts() | {"turns": transcript.turns, "transcript": transcript.summary()}
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result["tasks"]))

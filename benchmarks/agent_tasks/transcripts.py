@@ -173,6 +173,18 @@ def opencode(lines: list[tuple[float, dict]]) -> Transcript:
 
 
 PARSERS = {"claude": claude, "codex": codex, "opencode": opencode}
+CODEX_REFUSED = "codex_core::tools::router: error="  # a call Codex refused before running it: on stderr only
+
+
+def refused(client: str, t: Transcript, stderr: str) -> Transcript:
+    """`t` with the calls the CLI refused for their input and reported only on stderr (Codex's tool
+    router: e.g. "`justification` requires an explicit `sandbox_permissions`") added as invalid."""
+    if client == "codex":
+        for line in stderr.splitlines():
+            if CODEX_REFUSED in line:
+                message = line.split(CODEX_REFUSED, 1)[1]
+                t.calls.append(Call("refused", message, True, "invalid input: " + message))
+    return t
 
 
 def cli_args(client: str, prompt: str, max_turns: int) -> list[str]:
