@@ -31,6 +31,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coreai.errors import InputError
+
 CLIS = ("claude", "codex", "opencode")
 KEY_ENV = "COREAI_LAUNCH_KEY"  # Codex's provider reads its key from this variable
 DEFAULT_CONTEXT = 32768  # when the model's config cannot be read
@@ -180,7 +182,7 @@ def takes_claude_ids(aliases) -> bool:
 def setup(cli: str, target: Target, folder: Path, short: bool = False, claude_ids: bool = False) -> Setup:
     """The configuration of `cli` (one of `CLIS`) for `target`, its files in `folder` (not written:
     `Setup.write`); `claude_ids`: Claude Code sends Claude's ids (`takes_claude_ids`). Raises
-    ValueError for another CLI."""
+    InputError for another CLI."""
     if cli == "claude" and claude_ids:
         return claude(target, short=short, model=CLAUDE_MODEL, small_model=CLAUDE_SMALL_MODEL)
     if cli == "claude":
@@ -189,7 +191,7 @@ def setup(cli: str, target: Target, folder: Path, short: bool = False, claude_id
         return codex(target, folder, short=short)
     if cli == "opencode":
         return opencode(target, folder, short=short)
-    raise ValueError(f"unknown agent CLI {cli!r}: one of {', '.join(CLIS)}")
+    raise InputError(f"unknown agent CLI {cli!r}: one of {', '.join(CLIS)}")
 
 
 def claude(target: Target, short: bool = False, model: str | None = None, small_model: str | None = None) -> Setup:

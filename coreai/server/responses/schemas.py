@@ -2,8 +2,8 @@
 
 Requests are strict and forbid unknown fields, like `coreai.server.openai.schemas`: a field this server
 cannot honour (`background`, `conversation`, `prompt`, ...) is a 400 naming
-it. Input items are discriminated by `type` (an item without one is a message, as OpenAI reads it),
-content parts and tools by `type`, so a bad item gets one error naming its location. A built-in tool
+it. Input items (`items.py`, re-exported here) and tools are discriminated by `type`, so a bad item
+gets one error naming its location. A built-in tool
 (`web_search`, `file_search`, ...) is a 400 at `tools[i].type`.
 
 The response models follow the `openai` SDK's `Response` and its output items; events are built as
@@ -20,6 +20,25 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from coreai.server.bodies import FUNCTION_NAME, Body, Request
 from coreai.server.openai.family import StructuredOutputs
+from coreai.server.responses.items import (  # noqa: F401 - the input items, read as schemas.X too
+    ITEM_TAGS,
+    CompactionItem,
+    CompactionTriggerItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+    InputText,
+    LocalShellAction,
+    LocalShellCallItem,
+    LocalShellCallOutputItem,
+    MessageItem,
+    OutputText,
+    Part,
+    ReasoningItem,
+    ReasoningText,
+)
 
 
 def located_error(loc: tuple, message: str, value: Any) -> ValidationError:
@@ -31,170 +50,6 @@ def located_error(loc: tuple, message: str, value: Any) -> ValidationError:
 def new_id(prefix: str) -> str:
     """A fresh object id such as "resp_<32 hex>" ("msg_", "fc_", "rs_" for output items)."""
     return prefix + uuid.uuid4().hex
-
-
-# ---- input items ----------------------------------------------------------------------------------
-
-
-class InputText(Request):
-    type: Literal["input_text"]
-    text: str
-
-
-class OutputText(Request):
-    """An assistant's earlier text, passed back; its annotations and logprobs are not used."""
-
-    type: Literal["output_text"]
-    text: str
-    annotations: list[Any] | None = None
-    logprobs: list[Any] | None = None
-
-
-Part = Annotated[InputText | OutputText, Field(discriminator="type")]
-
-
-class MessageItem(Request):
-    """A message: `content` a string or text parts. `id` / `status` come with messages passed back."""
-
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[Part]
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class FunctionCallItem(Request):
-    """A function call passed back; `namespace`: the namespace tool holding the function, if any."""
-
-    type: Literal["function_call"]
-    call_id: str
-    name: str
-    arguments: str  # JSON text
-    namespace: str | None = None
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class FunctionCallOutputItem(Request):
-    type: Literal["function_call_output"]
-    call_id: str
-    output: str | list[InputText]
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class CustomToolCallItem(Request):
-    """A custom tool's call passed back: its raw `input`."""
-
-    type: Literal["custom_tool_call"]
-    call_id: str
-    name: str
-    input: str
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class CustomToolCallOutputItem(Request):
-    type: Literal["custom_tool_call_output"]
-    call_id: str
-    output: str | list[InputText]
-    id: str | None = None
-
-
-class LocalShellAction(Request):
-    """The `exec` action of a `local_shell` call (OpenAI's `LocalShellCallAction`)."""
-
-    type: Literal["exec"]
-    command: list[str]
-    env: dict[str, str] = {}
-    timeout_ms: int | None = None
-    user: str | None = None
-    working_directory: str | None = None
-
-
-class LocalShellCallItem(Request):
-    """A `local_shell` call passed back (`local_shell.py`)."""
-
-    type: Literal["local_shell_call"]
-    call_id: str
-    action: LocalShellAction
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class LocalShellCallOutputItem(Request):
-    """A `local_shell` call's output; `id` is the call's `call_id` (OpenAI's shape)."""
-
-    type: Literal["local_shell_call_output"]
-    id: str
-    output: str
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-class ReasoningText(Request):
-    type: Literal["reasoning_text", "summary_text"]
-    text: str
-
-
-class ReasoningItem(Request):
-    """A reasoning item passed back: accepted, and not rendered (chat templates drop earlier turns'
-    reasoning); its `encrypted_content`, this server's capsule (`capsule.py`), is opened and checked."""
-
-    type: Literal["reasoning"]
-    id: str | None = None
-    summary: list[ReasoningText] = []
-    content: list[ReasoningText] | None = None
-    encrypted_content: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-
-ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall", "function_call_output": "FunctionCallOutput"}
-ITEM_TAGS |= {"reasoning": "Reasoning", "custom_tool_call": "Custom", "custom_tool_call_output": "CustomOutput"}
-ITEM_TAGS |= {"compaction": "Compaction", "compaction_summary": "Compaction", "compaction_trigger": "Trigger"}
-ITEM_TAGS |= {"local_shell_call": "LocalShell", "local_shell_call_output": "LocalShellOutput"}
-
-
-class CompactionItem(Request):
-    """A compaction passed back (`compaction_summary` is Codex's older name): its `encrypted_content`
-    is this server's capsule of the summary (`compaction.py`), expanded into the prompt."""
-
-    type: Literal["compaction", "compaction_summary"]
-    encrypted_content: str
-    id: str | None = None
-
-
-class CompactionTriggerItem(Request):
-    """Remote compaction v2: the last input item asks for one `compaction` output item."""
-
-    type: Literal["compaction_trigger"]
-    id: str | None = None
-
-
-def _item_tag(value) -> str | None:
-    # Capitalised tags: the 400's field path skips them (`errors.field_path` keeps lower-case keys).
-    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
-    return ITEM_TAGS.get(kind) if isinstance(kind, str) else None  # a non-string type: no member, a 400
-
-
-InputItem = Annotated[
-    Annotated[MessageItem, Tag("Message")]
-    | Annotated[FunctionCallItem, Tag("FunctionCall")]
-    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
-    | Annotated[ReasoningItem, Tag("Reasoning")]
-    | Annotated[CustomToolCallItem, Tag("Custom")]
-    | Annotated[CustomToolCallOutputItem, Tag("CustomOutput")]
-    | Annotated[CompactionItem, Tag("Compaction")]
-    | Annotated[CompactionTriggerItem, Tag("Trigger")]
-    | Annotated[LocalShellCallItem, Tag("LocalShell")]
-    | Annotated[LocalShellCallOutputItem, Tag("LocalShellOutput")],
-    Discriminator(
-        _item_tag,
-        custom_error_type="invalid_item",
-        custom_error_message="an input item's type is message, function_call, function_call_output, "
-        "custom_tool_call, custom_tool_call_output, local_shell_call, local_shell_call_output, reasoning, "
-        "compaction or compaction_trigger",
-    ),
-]
 
 
 # ---- tools and text format -----------------------------------------------------------------------
