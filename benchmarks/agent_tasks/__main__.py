@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -75,8 +76,9 @@ def run_task(task: Task, args, host: str, port: int) -> dict:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # the watchdog ends launch and the CLI together (the CLI holds the pipe)
         )
-        watchdog = threading.Timer(args.timeout, child.kill)  # a CLI silent for good is ended too
+        watchdog = threading.Timer(args.timeout, os.killpg, (child.pid, signal.SIGKILL))
         watchdog.start()
         try:
             assert child.stdout is not None
