@@ -1271,13 +1271,18 @@ def test_a_call_cut_by_max_tokens_is_dropped(tiny, stream):
 
 
 def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
-    """Call deltas come from the labelled parts (the grammar's boundaries), one index per call."""
+    """Call deltas come from the labelled parts (the grammar's boundaries), one index per call; each
+    call's deltas once it is complete (the last one at the end, with the result that closes it)."""
     import asyncio
 
     from coreai.server.openai import schemas
     from coreai.service.engine import Piece
     from coreai.service import Job
     from coreai.server.openai.reply import ChatReply
+    from guided import GuidedResult
+    from guided.outcome import decide
+    from guided.tools.calls import ToolCall
+    from runtime import Timings, Usage
 
     def call(i, on):
         return [
@@ -1291,6 +1296,12 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
         Piece("", parts=call(0, "true") + [("markup", "\n")] + call(1, "false"), call_ids=ids[:2]),
         Piece("", parts=call(2, "true"), call_ids=ids),
     ]
+    calls = [
+        ToolCall(c, "toggle", f'{{"on": {on}}}', {"on": on == "true"}, i)
+        for i, (c, on) in enumerate(zip(ids, ("true", "false", "true"), strict=True))
+    ]
+    result = GuidedResult("", [1] * 30, "tool_calls", Usage(10, 30), Timings(), tool_calls=calls)
+    result.outcome = decide(result, "", calls, None, None, constrained=True)
 
     class OneShotJob:
         cancel = threading.Event()
@@ -1299,7 +1310,7 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
             self.cancel.set()
 
         def __init__(self):
-            self.items = [*pieces, None]
+            self.items = [*pieces, result, None]
 
         async def get(self):
             item = self.items.pop(0)
@@ -1316,7 +1327,6 @@ def test_two_calls_in_one_streamed_piece_get_their_own_indexes(tiny_model):
     assert [(c["index"], c["id"]) for c in opened] == list(enumerate(ids))
     assert {c["function"]["name"] for c in opened} == {"toggle"}
     arguments = ["".join(c["function"]["arguments"] for c in calls if c["index"] == i) for i in range(3)]
-    # The envelope's closing brace is held back while streaming; the final calls complete it (not here).
     assert arguments == ['{"on": true}', '{"on": false}', '{"on": true}']
 
 
@@ -1444,3 +1454,15 @@ def test_a_lost_model_mid_stream_is_each_apis_error_event():
     assert last == {"type": "error", "error": {"type": "overloaded_error", "message": str(lost)}}
     last = json.loads(events(messages_reply.sse, KeyError("bug"))[-1].split("data: ", 1)[1])
     assert last["error"] == {"type": "api_error", "message": "internal server error (KeyError)"}
+
+
+def test_a_chat_stream_never_sends_a_call_the_budget_cut(tiny):
+    """A call opened and cut by `max_tokens` is not in the whole reply, and no fragment of it is
+    streamed either (a client such as opencode parses the streamed arguments of every call), as on
+    Messages and Responses: the stream and the whole reply agree."""
+    kw = dict(model="tiny", messages=USER, tools=WEATHER_TOOLS, tool_choice="required", max_tokens=12)
+    whole = client(tiny).chat.completions.create(**kw)
+    assert whole.choices[0].finish_reason == "length" and not whole.choices[0].message.tool_calls
+    chunks = list(client(tiny).chat.completions.create(**kw, stream=True))
+    assert not [c for c in chunks for choice in c.choices if choice.delta.tool_calls]
+    assert chunks[-1].choices[0].finish_reason == "length"

@@ -174,7 +174,7 @@ async def collect(stream):
 
 def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
     """A complete call, then one cut by the budget: chat keeps the complete call and says "length"
-    (stream and whole alike: the stream already sent part of the cut call); Responses is
+    (stream and whole alike: the stream sends no fragment of the cut call); Responses is
     `incomplete` (max_output_tokens) with the complete call `completed`, streamed whole, and the cut
     one never sent."""
     done = ToolCall("call_a", "get_weather", '{"city": "Paris"}', {"city": "Paris"}, 0)
@@ -194,6 +194,9 @@ def test_a_cut_after_complete_calls_is_a_cut_on_every_front_end(tiny_model):
     assert choice.finish_reason == "length" and [c.id for c in choice.message.tool_calls] == ["call_a"]
     chunks = asyncio.run(collect(chat.stream([ListJob([*pieces, result])])))
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    streamed_calls = [t for c in chunks for t in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert {t["index"] for t in streamed_calls} == {0}  # the complete call only
+    assert "".join(t["function"]["arguments"] for t in streamed_calls) == done.arguments
     builder = ResponseBuilder(responses_body(tools=[WEATHER], tool_choice="required"), "tiny", tiny_model.tokenizer)
     whole = builder.render(outcome_of(pieces, result, ReplyEvents(constraint, None))).model_dump()
     assert whole["status"] == "incomplete" and whole["incomplete_details"] == {"reason": "max_output_tokens"}

@@ -15,7 +15,7 @@ from coreai.server.openai.tools import chunk_tool_call, message_tool_calls
 from coreai.server.streaming import merge, sse
 from coreai.service import Finish, Job, ReplyEvents, decided, finish_of, job_events
 from coreai.service.engine import Piece, TokenLogprob
-from coreai.service.events import CallArguments, CallOpened, ContentDelta, ReasoningDelta
+from coreai.service.events import CallArguments, CallOpened, ContentDelta, ReasoningDelta, WholeCall, whole_calls
 from guided import Constraint
 from runtime import GenerationResult, Model
 from runtime.reasoning import ReasoningPlan
@@ -162,14 +162,15 @@ class ChatReply(_Reply):
         return chunk
 
     async def stream_choice(self, job: Job, index: int, results: list) -> AsyncIterator[dict]:
-        """Chunks of one choice: the role, content / tool-call deltas (per call: its index, id and name
-        once the name is complete, then `arguments` fragments as they are decoded), the finish_reason."""
+        """Chunks of one choice: the role, content / tool-call deltas (per call: its index, id and name,
+        then its `arguments` fragments, sent together once the grammar closed the call, so a call the
+        budget cut is never streamed, as the whole reply leaves it out: `whole_calls`), the
+        finish_reason."""
         try:
             yield self.chunk(index, o.ChunkDelta(role="assistant", content=""))
             provenance = self.provenance
             observe = None if provenance is None else lambda item: provenance.add(index, item)
-            kinds: dict[int, str] = {}  # a call's kind, from its opening event
-            async for event in job_events(job, self.events(), observe):
+            async for event in whole_calls(job_events(job, self.events(), observe)):
                 if isinstance(event, Finish):
                     results[index] = event.result
                     delta = o.ChunkDelta(refusal=event.outcome.refusal)
@@ -178,11 +179,11 @@ class ChatReply(_Reply):
                     yield self.chunk(index, o.ChunkDelta(reasoning_content=event.text))
                 elif isinstance(event, ContentDelta):
                     yield self.chunk(index, o.ChunkDelta(content=event.text), None, self._logprobs(event.logprobs))
-                elif isinstance(event, (CallOpened, CallArguments)):
-                    if isinstance(event, CallOpened):
-                        kinds[event.index] = event.kind
-                    delta = o.ChunkDelta(tool_calls=[chunk_tool_call(event, kinds[event.index])])
-                    yield self.chunk(index, delta, None, self._logprobs(event.logprobs))
+                elif isinstance(event, WholeCall):
+                    parts: list[CallOpened | CallArguments] = [event.opened, *event.fragments]
+                    for part in parts:
+                        delta = o.ChunkDelta(tool_calls=[chunk_tool_call(part, event.opened.kind)])
+                        yield self.chunk(index, delta, None, self._logprobs(part.logprobs))
         finally:
             job.release()  # a no-op once the job ended; frees the worker if the client left (`Job.release`)
 
