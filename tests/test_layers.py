@@ -336,7 +336,7 @@ def test_the_shell_names_no_dialect():
     assert not offenders, offenders
 
 
-def test_the_shell_rule_catches_a_dialects_word(tmp_path):
+def test_the_shell_rule_catches_a_dialects_word():
     """The rule above fails on what it exists to catch: a literal path, a header and a client's name."""
     tree = ast.parse(
         '"""Mentions anthropic in a docstring, which is allowed."""\nh = "anthropic-version"\nclaude = 1\n'
