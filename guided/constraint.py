@@ -51,6 +51,10 @@ class Constraint:
         (`content`, `value`), under "none" the JSON, under "required" / a named function calls only.
         excluded_calls: tool name -> argument objects the calls must not repeat (the loop guard,
         `guided.tools.loop_guard`: the grammar excludes them; the prompt shows the tools as given).
+        end_at_repeated_call (False): end the reply at its first call identical (name and arguments)
+        to an earlier call of it, which is left out (the loop guard within a reply: a small model's
+        doom loop writes one call until the budget ends; off, a question asking for the same call
+        twice gets two, as BFCL's parallel_158 does).
 
     Options: whitespace (None: `guided.spec.DEFAULT_WHITESPACE`, "pretty"; "compact", "any"; the
     older any_whitespace=True/False means "any"/"compact"), strict (True), lenient (False): see `guided.spec`.
@@ -97,6 +101,7 @@ class Constraint:
         parallel_tool_calls: bool = True,
         tool_format: str | None = None,
         excluded_calls: dict[str, list[dict]] | None = None,
+        end_at_repeated_call: bool = False,
         whitespace: str | None = None,
         any_whitespace: bool | None = None,
         strict: bool = True,
@@ -143,6 +148,7 @@ class Constraint:
                 ll,
                 answer=answer_schema(answer),
                 excluded_calls=excluded_calls,
+                end_at_repeat=end_at_repeated_call,
             )
             self.call_plans = call_plans(self.tools, self.tokenizer_info, cache)
             self.answer_spec = checked_answer(answer, self.tools, self.tokenizer_info, cache)

@@ -147,7 +147,7 @@ class Generation:
         tracker = self.tracker
         assert tracker is not None  # a tools generation has its tracker
         kept = len(result.token_ids) - (tracker.start or 0) if tracker.start is not None else 0
-        calls, response = tracker.result(kept)
+        calls, response, self.strategy.stats.repeated_calls = tracker.result(kept)
         if response is not None:  # the generic envelope's text answer
             return calls, response
         content = "".join(text for label, text in result.parts if label is None)

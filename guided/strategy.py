@@ -53,12 +53,15 @@ class GuidedStats:
     ones, on its `Outcome`). masks: bitmask rows filled; mask_seconds: CPU time filling them (s),
     mostly hidden behind the forward pass; retries: validate-and-rollback retries; violations:
     every violation found ("<keyword> at <pointer>: <message>"), one per retry, and the last one too
-    when it ended the generation."""
+    when it ended the generation; repeated_calls: calls left out of a tools reply: the first one
+    identical to an earlier call of the same reply (name and arguments), which ended the reply, and
+    any the same step carried after it (`guided.tools.calls`)."""
 
     masks: int = 0
     mask_seconds: float = 0.0
     retries: int = 0
     violations: list[str] = field(default_factory=list)
+    repeated_calls: int = 0
 
 
 class ConstrainedDecodingStrategy(SamplingStrategy):
@@ -231,7 +234,7 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
             self._channels(step, first, held)
             step.hold = self.tracker.hold
         if self.planner is None:
-            return step
+            return self._end_at_repeat(step)
         retries = self.stats.retries
         step = self.planner.validate(step, first)
         if step.rollback:  # the planner moved the matcher; history and drafter context follow
@@ -242,6 +245,14 @@ class ConstrainedDecodingStrategy(SamplingStrategy):
                 if not step.rollback:
                     self._channels(step, first, held)
             step.hold = max(step.hold, self.tracker.hold)  # a trigger the tracker holds, text the planner may retry
+        return self._end_at_repeat(step)
+
+    def _end_at_repeat(self, step: Step) -> Step:
+        """End the reply once a call repeats an earlier one of it and the grammar may end there (the
+        repeat is left out of the result: `CallTracker.result`): a small model that loops on one
+        call would otherwise write it until the budget runs out."""
+        if self.tracker is not None and self.tracker.repeated and not step.finish and self.matcher.is_accepting():
+            step.finish = "stop"
         return step
 
     def _channels(self, step: Step, first: int, held: int) -> None:

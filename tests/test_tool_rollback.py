@@ -243,3 +243,51 @@ def test_the_checker_finds_a_bare_call_beside_a_json_answer(tiny_model):
     violation, _ = _check(session, ['{"name": "tag", "arguments": {"tags": ["blue", "blue"'])
     assert violation is not None and violation.keyword == "uniqueItems", violation
     assert _check(session, ['{"tags":["blue","blue","red"]}'])[0] is None
+
+
+def _doom_loop(model) -> dict[int, float]:
+    """A bias that writes `paint(green)` again and again: the call's words, `<tool_call>` after each
+    call (a newline first) and never the end."""
+    open_id = model.tokenizer.hf.convert_tokens_to_ids("<tool_call>")
+    newline = model.tokenizer.encode("\n", add_special_tokens=False)
+    push = {**bias(model, "paint", "green"), open_id: 60.0, **{t: 30.0 for t in newline}}
+    return push | {t: -100.0 for t in model.tokenizer.eos_ids}
+
+
+def test_a_call_repeated_in_one_reply_ends_the_reply(tiny_model):
+    """With `end_at_repeated_call` the first repeat ends the reply at once, left out of its calls (a
+    small model's doom loop: 25 identical calls in one reply in the agent benchmark,
+    docs/reports/agents.md); without it the same call twice is two calls, to the budget."""
+    push = _doom_loop(tiny_model)
+    session = ConstrainedSession(tiny_model, tools=[PAINT, TOGGLE], tool_choice="required", end_at_repeated_call=True)
+    result = session.generate(USER, max_tokens=200, logit_bias=push)
+    assert result.valid and result.finish_reason == "stop", (result.text, result.errors)
+    assert [(c.name, c.args) for c in result.tool_calls] == [("paint", {"color": "green"})], result.text
+    assert result.text.count("<tool_call>") == 2 and len(result.token_ids) < 200  # ended at the repeat
+    assert result.stats.repeated_calls == 1
+    loose = ConstrainedSession(tiny_model, tools=[PAINT, TOGGLE], tool_choice="required")
+    looped = loose.generate(USER, max_tokens=200, logit_bias=push)
+    assert looped.finish_reason == "length" and len(looped.tool_calls) > 2
+    assert {c.arguments for c in looped.tool_calls} == {'{"color": "green"}'} and looped.stats.repeated_calls == 0
+
+
+@pytest.fixture(scope="module")
+def guarded(tiny_model):
+    with serve(tiny_model, model_name="tiny", max_tokens=480, temperature=0.0, loop_guard=True) as base:
+        yield base
+
+
+def test_the_server_never_sends_a_repeated_call(guarded, tiny_model):
+    """The same doom loop through a server with `--loop-guard`, whole and streamed (Anthropic's and
+    Responses' streams read the same events, `events.whole_calls`): one call, the repeat never sent."""
+    body = dict(model="tiny", messages=USER, tools=[PAINT, TOGGLE], tool_choice="required", max_tokens=200)
+    body["logit_bias"] = {str(t): v for t, v in _doom_loop(tiny_model).items()}
+    whole = client(guarded).chat.completions.create(**body).choices[0]
+    assert whole.finish_reason == "tool_calls", whole
+    assert [(c.function.name, c.function.arguments) for c in whole.message.tool_calls] == [
+        ("paint", '{"color": "green"}')
+    ]
+    chunks = [c for c in client(guarded).chat.completions.create(**body, stream=True) if c.choices]
+    streamed = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
+    assert [t.function.name for t in streamed if t.function.name] == ["paint"], streamed
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"

@@ -93,7 +93,7 @@ def test_markup_inside_a_string_argument_does_not_split_the_call(tiny_model):
     )
     assert session.matcher.accept_tokens(ids) and session.matcher.is_accepting()
     tracker, labels = _feed(session, ids)
-    calls, _ = tracker.result(len(ids))
+    calls = tracker.result(len(ids))[0]
     assert [(c.name, c.args) for c in calls] == [("search", {"query": "explain the </tool_call> token"})]
     assert labels[0] == "markup" and labels[-1] == "markup" and "call:0" in labels
 
@@ -118,7 +118,7 @@ def test_auto_fenced_call_is_held_then_relabelled(tiny_model):
         return b"".join(ll.decode_bytes([t]) for t, lab in zip(ids, labels, strict=False) if lab == label).decode()
 
     assert text("markup").startswith("```json") and text("call:0").strip().startswith('{"name": "search"')
-    calls, _ = tracker.result(len(ids))
+    calls = tracker.result(len(ids))[0]
     assert calls[0].args == {"query": "x"}
     # Text that is not a trigger is released as content.
     plain = session.tracker()

@@ -65,7 +65,7 @@ def test_markup_inside_an_argument_forced(qwen_model):
     tracker = session.tracker()
     tracker.start = 0
     labels = tracker.feed(ids)
-    calls, _ = tracker.result(len(ids))
+    calls = tracker.result(len(ids))[0]
     assert [(c.name, c.args) for c in calls] == [("search", {"query": QUERY})]
     assert None not in labels  # nothing of it is content
     stream = CallStream()  # the streamed fragments: the whole argument, markup and all

@@ -37,5 +37,5 @@ def track(session, ids: list[int]) -> tuple[list, list]:
     for t in ids:
         out = tracker.feed([t])
         labels[len(labels) - (len(out) - 1) :] = out
-    calls, _ = tracker.result(len(ids))
+    calls = tracker.result(len(ids))[0]
     return calls, labels

@@ -119,7 +119,8 @@ def register(sub) -> None:
         "--loop-guard",
         action="store_true",
         help="exclude, by the grammar, a tool call identical (name and arguments) to one the "
-        "conversation already answered: a small model that loops must answer or call something new",
+        "conversation already answered: a small model that loops must answer or call something new; "
+        "and end a reply at its first call repeating an earlier one of it (not sent)",
     )
     p.add_argument(
         "--keep-prompt-markers",

@@ -64,7 +64,8 @@ class ServerConfig:
 
     loop_guard: a tool call identical (name and arguments) to one the conversation already answered
         is excluded by the grammar, so a small model that loops must answer or call something new
-        (`guided.tools.loop_guard`); off by default.
+        (`guided.tools.loop_guard`), and a reply ends at its first call repeating an earlier one of
+        the same reply, which is not sent; off by default.
     strip_markers: agent clients' volatile prompt markers (Claude Code's billing line, ...) are
         removed before the prompt is rendered, so sessions share the KV cache of their long prefix
         (`coreai.service.markers`); each removal is named in `x-coreai-ignored`. On by default.

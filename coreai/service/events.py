@@ -13,6 +13,7 @@ since the last such event (a piece whose text is all reasoning, or held back, pa
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import cast
 from coreai.service.engine import Piece, TokenLogprob
 from coreai.service.worker import Job
 from guided import Constraint, GuidedResult, Outcome, free_outcome
-from guided.tools import CallStream, ToolCall
+from guided.tools import CUSTOM, INPUT, CallStream, ToolCall, call_key
 from runtime import GenerationResult
 from runtime.reasoning import ReasoningPlan
 
@@ -176,6 +177,7 @@ class ReplyEvents:
         self.constrained = constraint is not None
         self.tools = constraint is not None and constraint.tool_mode is not None
         self.calls = CallStream(constraint.tools) if self.tools and constraint is not None else None
+        self.end_at_repeat = constraint is not None and constraint.tools is not None and constraint.tools.end_at_repeat
         tools = constraint.tools.tools if constraint is not None and constraint.tools is not None else []
         self.kinds = {t.name: t.kind for t in tools}  # a call's kind, by its tool's name
         self.reasoning = reasoning
@@ -185,6 +187,8 @@ class ReplyEvents:
         self.pending: list[TokenLogprob] = []  # the entries no event carried yet
         self.opened: dict[int, list[str]] = {}  # call index -> [id, name, arguments so far, kind]
         self.open: int | None = None  # the call streaming now
+        self.keys: set[tuple[str, str]] = set()  # the closed calls' (name, arguments)
+        self.repeated = False  # a closed call repeated an earlier one: no call after it is complete
         self.streamed_content = False
 
     def feed(self, piece: Piece) -> list[Event]:
@@ -243,6 +247,8 @@ class ReplyEvents:
                 len(call.arguments),
                 call.arguments[-120:],
             )
+        if isinstance(result, GuidedResult) and (repeated := result.stats.repeated_calls):
+            log.info("the reply repeated one of its calls and ended there: %d call(s) not sent", repeated)
         return Finish(outcome, result, cut, self.logprobs, self._take())
 
     def _take(self, carry: bool = True) -> list[TokenLogprob]:
@@ -252,9 +258,22 @@ class ReplyEvents:
         return taken
 
     def _close_call(self) -> list[Event]:
-        # A call followed by anything was closed by the grammar: it is complete.
+        # A call followed by anything was closed by the grammar: it is complete, unless it repeats an
+        # earlier call of the reply and the reply ends there (`ToolConstraint.end_at_repeat`).
         done, self.open = self.open, None
-        return [] if done is None else [CallDone(done, True)]
+        return [] if done is None else [CallDone(done, not (self.end_at_repeat and self._repeats(done)))]
+
+    def _repeats(self, index: int) -> bool:
+        """Whether closed call `index` is, or comes after, the reply's first repeated call."""
+        _, name, arguments, kind = self.opened[index]
+        try:
+            args = {INPUT: arguments} if kind == CUSTOM else json.loads(arguments)
+        except ValueError:
+            return False  # the grammar closed it: not reached
+        key = call_key(name, args)
+        self.repeated |= key in self.keys
+        self.keys.add(key)
+        return self.repeated
 
     def _content(self, text: str, carry: bool = True) -> list[Event]:
         self.streamed_content = True

@@ -46,7 +46,8 @@ class Settings:
         speculative decoding of a request that does not choose. guided: False when the grammar
         engine cannot use the model's tokenizer (then every constrained request is refused).
         loop_guard: a call identical (name and arguments) to one the conversation already answered
-        is excluded by the grammar (`answered_calls`, `guided.tools.loop_guard`).
+        is excluded by the grammar (`answered_calls`, `guided.tools.loop_guard`), and a reply ends
+        at its first call repeating an earlier one of it (`guided.Constraint`'s end_at_repeated_call).
         strip_markers: agent clients' volatile prompt markers are removed from the messages before
         the prompt is rendered (`coreai.service.markers`; the server's setting, never the CLI's).
     """
@@ -93,6 +94,7 @@ def build_constraint(
     fields = {"tools": names.tools, "tool_choice": names.tool_choice, "answer": param}
     tool_fields = {"parameters": names.tool_parameters, "format": names.tool_format}
     options = dict(tools=req.tools, tool_choice=req.tool_choice or "auto", parallel_tool_calls=req.parallel_tool_calls)
+    options["end_at_repeated_call"] = settings.loop_guard
     if settings.loop_guard and isinstance(req.messages, list) and (answered := answered_calls(req.messages)):
         try:
             return _compiled(

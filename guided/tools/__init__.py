@@ -12,13 +12,14 @@
 | `answer` | a JSON answer beside tools (OpenAI's response_format with tools) |
 """
 
-from guided.tools.calls import CallStream, CallTracker, ToolCall
+from guided.tools.calls import CallStream, CallTracker, ToolCall, call_key
 from guided.tools.constraint import ToolConstraint, tool_constraint
-from guided.tools.custom import INPUT
+from guided.tools.custom import CUSTOM, INPUT
 from guided.tools.definitions import TOOL_NAME, parameters_schema
 from guided.tools.formats import FORMATS
 
 __all__ = [
+    "CUSTOM",
     "FORMATS",
     "INPUT",
     "TOOL_NAME",
@@ -26,6 +27,7 @@ __all__ = [
     "CallTracker",
     "ToolCall",
     "ToolConstraint",
+    "call_key",
     "parameters_schema",
     "tool_constraint",
 ]

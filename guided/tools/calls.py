@@ -26,6 +26,7 @@ from guided.tools.capture import CALL_HEAD, read_capture
 from guided.tools.constraint import ANSWER_JSON, ToolConstraint
 from guided.tools.custom import CUSTOM, INPUT, input_so_far
 from guided.tools.formats import CALL_ID, FORMATS
+from guided.tools.loop_guard import canonical
 from guided.tools.syntax import APPEND
 
 MARKUP = "markup"
@@ -96,6 +97,7 @@ class CallTracker:
     def __init__(self, matcher: GrammarMatcher, decode, tools: ToolConstraint):
         self.shadow, self.decode, self.tools = matcher, decode, tools
         self.format = FORMATS.get(tools.fmt)
+        self.by_name = {t.name: t for t in tools.tools}
         if tools.mode == "none":
             self.first_state = "text"
         elif self.format is None:
@@ -116,6 +118,8 @@ class CallTracker:
         self.cursor = 0  # the byte offset after the last capture found in them
         self.labels: list[str | None] = []  # the label of each (held ones may still change)
         self._held: list[bytes] = []  # tokens of a possible trigger, not streamed yet
+        self.keys: set[tuple[str, str]] = set()  # (name, arguments) of each call closed
+        self.repeated = False  # a call closed identical to an earlier one (`first_repeat`)
 
     @property
     def hold(self) -> int:
@@ -168,6 +172,11 @@ class CallTracker:
             elif self.state == "call":
                 self.calls += 1
                 self.state = MARKUP
+                read = read_capture(name, value.decode("utf-8", errors="replace"), self.tools.fmt, self.by_name)
+                if read is not None and self.tools.end_at_repeat:
+                    key = call_key(read[0], read[2])
+                    self.repeated |= key in self.keys
+                    self.keys.add(key)
 
     def forget(self, n: int) -> None:
         """Take the last `n` answer tokens back (validate-and-rollback retried them): the shadow
@@ -219,11 +228,32 @@ class CallTracker:
             return MARKUP
         return None
 
-    def result(self, kept: int) -> tuple[list[ToolCall], str | None]:
+    def result(self, kept: int) -> tuple[list[ToolCall], str | None, int]:
         """The calls (and generic text answer) among the first `kept` answer tokens (the output may
-        have been cut after the strategy saw it: max_tokens, a stop string)."""
+        have been cut after the strategy saw it: max_tokens, a stop string), with `end_at_repeat` the
+        calls before the first repeat (`first_repeat`), and how many calls that left out."""
         captures = [c for c, end in zip(self.shadow.captures(), self.ends, strict=False) if end <= kept]
-        return calls_from_captures(captures, self.tools, self.call_id)
+        calls, response = calls_from_captures(captures, self.tools, self.call_id)
+        cut = first_repeat(calls) if self.tools.end_at_repeat else len(calls)
+        return calls[:cut], response, len(calls) - cut
+
+
+def call_key(name: str, args: dict) -> tuple[str, str]:
+    """What makes two calls the same: the tool's name and the arguments (`loop_guard.canonical`)."""
+    return name, canonical(args)
+
+
+def first_repeat(calls: list[ToolCall]) -> int:
+    """The index of the first call identical (`call_key`) to an earlier one of `calls`, else its
+    length. A reply ends at its first repeat: running the same call twice in one turn tells the client
+    nothing new (a small model in a doom loop writes one call until the budget ends)."""
+    seen: set[tuple[str, str]] = set()
+    for i, call in enumerate(calls):
+        key = call_key(call.name, call.args)
+        if key in seen:
+            return i
+        seen.add(key)
+    return len(calls)
 
 
 def _arguments_so_far(text: str, start: int) -> str:

@@ -188,7 +188,8 @@ class ToolConstraint:
     `parallel` False). markers: special-token ids that open calls after text; marker_ids: the ids
     of all the format's markers that are special tokens; triggers: the texts that start a call at
     the output's start under auto, with the offset where the call itself begins; answer_format:
-    the text answer is JSON in a response format (`tool_grammar`'s `answer`)."""
+    the text answer is JSON in a response format (`tool_grammar`'s `answer`); end_at_repeat: the
+    reply ends at its first call identical to an earlier one of it (`guided.tools.calls.first_repeat`)."""
 
     tools: list[Tool]
     fmt: str
@@ -199,6 +200,7 @@ class ToolConstraint:
     marker_ids: frozenset[int] = frozenset()
     triggers: tuple[tuple[str, int], ...] = ()
     answer_format: bool = False
+    end_at_repeat: bool = False
 
     @property
     def template_tools(self) -> list[dict] | None:
@@ -238,6 +240,7 @@ def tool_constraint(
     ll_tokenizer,
     answer: dict | None = None,
     excluded_calls: dict[str, list[dict]] | None = None,
+    end_at_repeat: bool = False,
 ) -> ToolConstraint:
     """The `ToolConstraint` of `ConstrainedSession(tools=..., tool_choice=..., ...)`. tool_choice:
     "auto" (None), "required", "none" or {"type": "function", "function": {"name": ...}} (also the
@@ -249,6 +252,7 @@ def tool_constraint(
     excluded_calls: tool name -> argument objects the grammar must not produce again (the loop
     guard, `guided.tools.loop_guard`); the prompt still shows each tool as given. A tool left with no
     call drops out of the grammar, unless that would leave none (then nothing is excluded).
+    end_at_repeat: the reply ends at its first call repeating an earlier one (`ToolConstraint`).
     Raises ValueError (no tools, duplicate names, an unknown function in tool_choice, a format the
     tokenizer cannot express) or SchemaError (bad parameters; `.tool`, `.tool_index`, `.pointer`)."""
     if not tools:
@@ -296,7 +300,16 @@ def tool_constraint(
     markers = frozenset({ids[f.opener]} if f and f.opener in ids else ())
     answer_format = answer is not None and mode != "required"
     return ToolConstraint(
-        parsed, fmt, mode, parallel, grammar, markers, frozenset(ids.values()), tuple(triggers), answer_format
+        parsed,
+        fmt,
+        mode,
+        parallel,
+        grammar,
+        markers,
+        frozenset(ids.values()),
+        tuple(triggers),
+        answer_format,
+        end_at_repeat and parallel,
     )
 
 
