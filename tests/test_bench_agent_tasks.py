@@ -99,10 +99,12 @@ def test_codex_events():
     assert t.counts() == {"tool_calls": 3, "invalid": 0, "errored": 1, "valid": 2, "repeated": 1}
     assert t.usage["cached_input_tokens"] == 800
     stderr = (
-        "2026-12-07T19:34:54Z ERROR codex_core::tools::router: error=`justification` requires `sandbox_permissions`\n"
+        "2026-12-07T19:34:54Z ERROR codex_core::tools::router: error=`justification` requires an explicit "
+        "`sandbox_permissions`\n"
+        "2026-12-07T22:09:07Z ERROR codex_core::tools::router: error=write_stdin failed: Unknown process id 1\n"
     )
     t = transcripts.refused("codex", t, stderr + "Reading additional input from stdin...\n")
-    assert t.counts() == {"tool_calls": 4, "invalid": 1, "errored": 1, "valid": 2, "repeated": 1}
+    assert t.counts() == {"tool_calls": 5, "invalid": 1, "errored": 2, "valid": 2, "repeated": 1}
 
 
 def test_opencode_events():

@@ -139,6 +139,43 @@ def test_a_port_taken_by_something_else_is_a_clear_error(capsys):
     assert code == 1 and "answers /health with HTTP 404: not coreai serve" in err and "Traceback" not in err
 
 
+def test_a_server_answering_late_is_waited_for_not_replaced(monkeypatch):
+    """A server busy with a long request answers /health late: launch asks again with a longer
+    timeout, and one that never answers is a clear error, never a second server on a taken port
+    (seen: launch started `coreai serve`, which could not bind)."""
+    delay = {"seconds": 0.6}
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            import time
+
+            time.sleep(delay["seconds"])
+            body = json.dumps({"model": "slow", "aliases": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    slow = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    slow.handle_error = lambda *args: None  # the reply to a client that gave up: a broken pipe
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{slow.server_port}"
+    try:
+        monkeypatch.setattr(launch, "HEALTH_TIMEOUTS", (0.2, 5.0))
+        assert launch.health(base, None)["model"] == "slow"
+        delay["seconds"] = 2.0
+        monkeypatch.setattr(launch, "HEALTH_TIMEOUTS", (0.2, 0.3))
+        with pytest.raises(launch.InputError, match=r"takes connections but /health did not answer within 0 s"):
+            launch.health(base, None)
+    finally:
+        slow.shutdown()
+    assert launch.health(f"http://127.0.0.1:{free_port()}", None) is None  # nothing listens
+
+
 # ---- the real CLIs against a server already running -------------------------------------------------
 
 

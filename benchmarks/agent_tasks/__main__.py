@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def health(base_url: str) -> dict:
-    with urllib.request.urlopen(f"{base_url}/health", timeout=10) as reply:
+    # A server busy with a long prefill can answer late (its event loop shares the GIL with the worker).
+    with urllib.request.urlopen(f"{base_url}/health", timeout=120) as reply:
         return json.loads(reply.read())
 
 

@@ -176,14 +176,21 @@ PARSERS = {"claude": claude, "codex": codex, "opencode": opencode}
 CODEX_REFUSED = "codex_core::tools::router: error="  # a call Codex refused before running it: on stderr only
 
 
+# Codex's router errors about a call's input, not its run ("write_stdin failed: Unknown process id 1"
+# is a call that ran and failed: errored, not invalid).
+CODEX_INPUT_ERRORS = ("requires an explicit", "failed to parse", "missing field", "unknown field", "invalid type")
+
+
 def refused(client: str, t: Transcript, stderr: str) -> Transcript:
-    """`t` with the calls the CLI refused for their input and reported only on stderr (Codex's tool
-    router: e.g. "`justification` requires an explicit `sandbox_permissions`") added as invalid."""
+    """`t` with the calls that Codex's tool router reported only on stderr added: refused for their
+    input (e.g. "`justification` requires an explicit `sandbox_permissions`") as invalid, the others
+    as errored."""
     if client == "codex":
         for line in stderr.splitlines():
             if CODEX_REFUSED in line:
                 message = line.split(CODEX_REFUSED, 1)[1]
-                t.calls.append(Call("refused", message, True, "invalid input: " + message))
+                bad_input = any(words in message for words in CODEX_INPUT_ERRORS)
+                t.calls.append(Call("refused", message, True, ("invalid input: " if bad_input else "") + message))
     return t
 
 

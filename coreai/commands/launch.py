@@ -101,14 +101,32 @@ def find_cli(cli: str) -> str:
     raise InputError(f"the {cli} CLI is not installed: " + INSTALL.format(package=f"npm install -g {PACKAGES[cli]}"))
 
 
+# Seconds /health may take: a server busy preparing a long request answers late (seen: over 10 s
+# while a 1.5B model began an agent's request), and a late answer is not "nothing listens".
+HEALTH_TIMEOUTS = (5.0, 120.0)
+
+
 def health(base_url: str, key: str | None) -> dict | None:
-    """The server's /health body, or None when nothing answers. Raises InputError when something
-    that is not coreai serve answers."""
+    """The server's /health body, or None when nothing listens. A server that takes the connection
+    but answers late is asked again with a longer timeout (`HEALTH_TIMEOUTS`). Raises InputError
+    when something that is not coreai serve answers, or nothing answers in time."""
     request = urllib.request.Request(f"{base_url}/health")
     if key:
         request.add_header("Authorization", f"Bearer {key}")
+    for timeout in HEALTH_TIMEOUTS:
+        try:
+            return _health_body(base_url, request, timeout)
+        except TimeoutError:  # connected, no reply yet (a refused or unreachable port is a URLError)
+            continue
+    raise InputError(
+        f"{base_url} takes connections but /health did not answer within {sum(HEALTH_TIMEOUTS):.0f} s: "
+        "a busy or stuck server; wait, or use another --port"
+    )
+
+
+def _health_body(base_url: str, request: urllib.request.Request, timeout: float) -> dict | None:
     try:
-        with urllib.request.urlopen(request, timeout=5) as reply:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
             body = json.loads(reply.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 503:  # a distributed model lost: coreai serve, but not serving
@@ -116,7 +134,9 @@ def health(base_url: str, key: str | None) -> dict | None:
         raise InputError(
             f"{base_url} answers /health with HTTP {exc.code}: not coreai serve; use another --port"
         ) from None
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+    except TimeoutError:
+        raise
+    except (urllib.error.URLError, ConnectionError, OSError):
         return None
     except ValueError:
         raise InputError(f"{base_url} answers /health without JSON: not coreai serve; use another --port") from None
