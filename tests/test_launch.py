@@ -108,6 +108,17 @@ def test_print_short_gives_claude_code_its_own_flags(ending_model_dir, capsys):
     assert out.rstrip().splitlines()[-1].startswith("claude --system-prompt ") and "--tools Bash,Read" in out
 
 
+def test_the_short_instructions_name_each_cli_s_tools_after_the_model_s_own_line():
+    from coreai.commands import agent_config
+
+    qwen = agent_config.short_instructions("opencode", "qwen2.5-coder-0.5b-instruct")
+    assert qwen.startswith("You are Qwen, created by Alibaba Cloud.") and "the read tool" in qwen
+    assert "the Read tool" in agent_config.short_instructions("claude", "qwen2.5-coder-1.5b-instruct")
+    assert "exec_command" in agent_config.short_instructions("codex", "Qwen2.5-7B")
+    other = agent_config.short_instructions("claude", "tiny")
+    assert other.startswith("You cannot see the user's files") and "Qwen" not in other
+
+
 # ---- errors -----------------------------------------------------------------------------------------
 
 

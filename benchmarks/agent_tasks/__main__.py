@@ -3,7 +3,7 @@
 `coreai launch` (`--config-dir` in the task's folder), and write the figures.
 
     python -m benchmarks.agent_tasks --client claude|codex|opencode [--tasks a,b] [--base-url URL]
-        [--short] [--max-tokens N] [--max-turns N] [--timeout S] [--out FILE]
+        [--short] [--max-tokens N] [--max-turns N] [--timeout S] [--cli-arg ARG ...] [--out FILE]
 
 Per task: pass or fail and why (the checker's words), the exit code, tool calls (valid, invalid,
 errored, repeated identical), the CLI's turns, the server's model requests, prompt tokens and the
@@ -62,7 +62,8 @@ def run_task(task: Task, args, host: str, port: int) -> dict:
         launch = [sys.executable, "-m", "coreai", "launch", args.client, "--host", host, "--port", str(port)]
         launch += ["--config-dir", str(Path(tmp) / "config"), "--max-tokens", str(args.max_tokens)]
         launch += ["--short"] if args.short else []
-        command = [*launch, "--", *transcripts.cli_args(args.client, task.prompt, args.max_turns)]
+        cli = transcripts.cli_args(args.client, task.prompt, args.max_turns, tuple(args.cli_arg))
+        command = [*launch, "--", *cli]
         drop = ("ANTHROPIC_", "OPENAI_", "CODEX_", "OPENCODE_", "CLAUDE_")
         env = {k: v for k, v in os.environ.items() if not k.startswith(drop)} | {"HOME": str(home), "NO_COLOR": "1"}
         env["PWD"] = str(work)  # opencode takes its project folder from $PWD, not the process's cwd
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=1024, help="the server's reply bound (default: %(default)s)")
     p.add_argument("--max-turns", type=int, default=8, help="Claude Code's --max-turns (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per task (default: %(default)s)")
+    p.add_argument("--cli-arg", action="append", default=[], help="one more option for the CLI (repeat it)")
     p.add_argument("--out", type=Path)
     p.add_argument("--reread", type=Path, help="a results file: its tool-call counts read again from its events")
     args = p.parse_args(argv)

@@ -194,11 +194,12 @@ def refused(client: str, t: Transcript, stderr: str) -> Transcript:
     return t
 
 
-def cli_args(client: str, prompt: str, max_turns: int) -> list[str]:
+def cli_args(client: str, prompt: str, max_turns: int, extra: tuple[str, ...] = ()) -> list[str]:
     """The CLI's non-interactive arguments: JSON output, tools allowed without asking (the workspace is
-    a fresh temporary folder)."""
+    a fresh temporary folder); `extra`: more of the CLI's options (Codex's `-c key=value`)."""
     if client == "claude":
         return [
+            *extra,
             "-p",
             prompt,
             "--output-format",
@@ -212,5 +213,5 @@ def cli_args(client: str, prompt: str, max_turns: int) -> list[str]:
             "Bash,Read,Edit,Write,Glob,Grep",
         ]
     if client == "codex":
-        return ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", prompt]
-    return ["run", "--format", "json", "--auto", prompt]
+        return ["exec", *extra, "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", prompt]
+    return ["run", *extra, "--format", "json", "--auto", prompt]
