@@ -119,6 +119,16 @@ def test_the_short_instructions_name_each_cli_s_tools_after_the_model_s_own_line
     assert other.startswith("You cannot see the user's files") and "Qwen" not in other
 
 
+def test_a_running_server_s_reply_bound_is_the_one_the_cli_gets(running, capsys):
+    """/health says the server's --max-tokens; launch configures the CLI with it, not its own."""
+    _, port = running
+    body = launch.health(f"http://127.0.0.1:{port}", None)
+    assert body["max_tokens"] == 1024  # the fixture's server: the default bound
+    args = cli.build_parser().parse_args(["launch", "opencode", "--port", str(port), "--max-tokens", "4096"])
+    assert launch.target_of(args, {**body, "max_tokens": 512}, None).max_tokens == 512
+    assert launch.target_of(args, {"model": "tiny"}, None).max_tokens == 4096  # an older server says none
+
+
 # ---- errors -----------------------------------------------------------------------------------------
 
 

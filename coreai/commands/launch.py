@@ -197,11 +197,13 @@ def stop_server(server: subprocess.Popen, grace: float = 30.0) -> None:
 
 
 def target_of(args, body: dict, key: str | None) -> agent_config.Target:
-    """The Target for the server whose /health is `body`."""
+    """The Target for the server whose /health is `body`: its reply bound when it says it (a server
+    already running may have been started with another --max-tokens), else launch's own."""
     served = body["model"]
     context = args.context_window or agent_config.context_window(args.model, served)
     timeout = args.timeout or agent_config.request_timeout(context)
-    return agent_config.Target(f"http://{args.host}:{args.port}", served, context, args.max_tokens, key, timeout)
+    bound = body.get("max_tokens") or args.max_tokens
+    return agent_config.Target(f"http://{args.host}:{args.port}", served, context, bound, key, timeout)
 
 
 def check_model(args, body: dict, base_url: str) -> None:

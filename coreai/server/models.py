@@ -39,12 +39,14 @@ async def health(server: Server):
     memory in bytes (`memory`: the KV bound, the running rows' worst case, the prefix cache), its
     counters (`stats`: prefills, prompt tokens computed and read from the cache, prompt markers
     removed, resends held and attached: `Service.stats`) and its ranks (`distributed`: null for one
-    process), and the BLAS of MLX's CPU matmuls with its thread count (`blas`); 503 once a
-    distributed model is lost."""
+    process), and the BLAS of MLX's CPU matmuls with its thread count (`blas`); `max_tokens`: the
+    largest reply bound a request gets (`--max-tokens`; a client configured for this server, as
+    `coreai launch` does, takes it); 503 once a distributed model is lost."""
     running, waiting = server.worker.load()
     body = {"status": "ok", "model": server.name, "running": running, "waiting": waiting}
     if server.aliases:
         body["aliases"] = server.aliases
+    body["max_tokens"] = server.service.settings.max_tokens_limit
     body["memory"] = server.service.memory()
     body["stats"] = server.service.stats()
     body["distributed"] = server.distributed
