@@ -4,10 +4,10 @@ on the workspace and the final answer, the CLI's exit code 0, no call the CLI re
 and, from the requests and replies a recorder kept between the CLI and the server, every function
 call's input valid against its tool's schema and every model reply carrying its enforcement header.
 
-The model is Qwen2.5-Coder-1.5B-Instruct (the `coder-1-5b` extra, `make install`): on the default
-0.5B no task passed through any CLI (docs/reports/agents.md: it answers "1" without reading, and
-loops on one call), so no default-model test of a finished task can pass. The task is the one the
-1.5B passed through all three CLIs in the benchmark run of 2026-12-07: `create_file`.
+The model is Qwen2.5-Coder-1.5B-Instruct (the `coder-1-5b` extra, `make install`): the default 0.5B
+passed 2 of 15 task runs through the CLIs on 2026-12-07 (opencode's `create_file`, twice, once among
+27 repeated calls; docs/reports/agents.md), too few to rely on. The task is the one the 1.5B passed
+through all three CLIs in that benchmark run: `create_file`.
 """
 
 from __future__ import annotations
