@@ -96,6 +96,7 @@ def test_health_models_and_docs(tiny):
         "model": "tiny",
         "running": 0,
         "waiting": 0,
+        "max_tokens": 480,  # the fixture's --max-tokens: the largest reply bound a request gets
         "distributed": None,
     }
     models = client(tiny).models.list()
